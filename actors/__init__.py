@@ -1,0 +1,1 @@
+"""delayq actors: one module per actor of a node."""

@@ -1,0 +1,1 @@
+"""delayq node runtime: config, client, stores, CLI."""

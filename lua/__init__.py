@@ -1,0 +1,1 @@
+"""Redis Lua scripts of delayq, one file per atomic step (shipped as package data)."""

@@ -1,0 +1,1 @@
+"""Versioned MySQL DDL of delayq (shipped as package data)."""

@@ -1,0 +1,67 @@
+"""What every actor is, and the bounded slot queue actors pass work through."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+
+class Actor(Protocol):
+    """A long-running part of a node, owned and restarted by the supervisor.
+
+    run() works until stop() is called, then returns; an exception from run() is a crash
+    and the supervisor restarts the actor. stop() asks politely and returns at once.
+    """
+
+    name: str
+
+    async def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class SlotQueue:
+    """A bounded FIFO of slot numbers in which a slot waits at most once.
+
+    "Slot 7 has work" said twice before anyone looks is the same news, so put() of a
+    slot already waiting does nothing. At most `maxsize` slots wait; put() of a new one
+    blocks when full (backpressure).
+    """
+
+    def __init__(self, maxsize: int) -> None:
+        self._queue: asyncio.Queue[int] = asyncio.Queue(maxsize)
+        self._waiting: set[int] = set()
+
+    async def put(self, slot: int) -> None:
+        if slot in self._waiting:
+            return
+        self._waiting.add(slot)
+        try:
+            await self._queue.put(slot)
+        except BaseException:
+            self._waiting.discard(slot)
+            raise
+
+    async def get(self) -> int:
+        slot = await self._queue.get()
+        self._waiting.discard(slot)
+        return slot
+
+    def qsize(self) -> int:
+        return self._queue.qsize()
+
+
+async def next_or_stop(queue: SlotQueue, stopping: asyncio.Event) -> int | None:
+    """The next slot from queue, or None once `stopping` is set."""
+    if stopping.is_set():
+        return None
+    get = asyncio.ensure_future(queue.get())
+    stop = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait((get, stop), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if get.done():
+        return get.result()
+    get.cancel()
+    return None

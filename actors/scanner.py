@@ -1,0 +1,117 @@
+"""slot-scanner: sleeps exactly until the earliest due time of any owned slot.
+
+The nextTime wait/notify trick, one timer for all slots: a heap holds each slot's
+next due time; the scanner sleeps until the top of the heap, or until notified of an
+earlier time (a new earliest job, via Redis pub/sub; a retry; the mover's report after
+a move). When a slot is due it goes to the mover's queue. A periodic safety wake marks
+every owned slot due, in case a notification was lost (a node restart, a dropped
+pub/sub message). The scanner never touches jobs itself.
+
+Times are on the Redis server's clock: the mover reports Redis TIME with each move
+and the scanner keeps the offset to the local clock, so a node whose clock is off
+neither spins nor fires early (the move script judges "due" by Redis TIME anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+
+from actors.base import SlotQueue
+from cluster.ownership import StaticOwnership
+
+log = logging.getLogger(__name__)
+
+NEVER = 2**62
+
+
+class SlotScanner:
+    name = "slot-scanner"
+
+    def __init__(
+        self, ownership: StaticOwnership, mover_queue: SlotQueue, safety_wake_ms: int
+    ) -> None:
+        self.ownership = ownership
+        self.mover_queue = mover_queue
+        self.safety_wake_ms = safety_wake_ms
+        self._next_due: dict[int, int] = {}
+        # Slots whose move is in flight → earliest wake that arrived meanwhile.
+        self._moving: dict[int, int] = {}
+        self._heap: list[tuple[int, int]] = []
+        self._notified = asyncio.Event()
+        self._stopping = False
+        self._offset_ms = 0.0  # Redis clock minus local clock
+        self._next_safety_ms = 0.0
+
+    # ----- notifications (never block; safe from any actor) ----------------------------
+
+    def wake(self, slot: int, due_ms: int) -> None:
+        """Something in `slot` is due at `due_ms` (or earlier than we thought)."""
+        if slot in self._moving:
+            self._moving[slot] = min(self._moving[slot], due_ms)
+        elif due_ms < self._next_due.get(slot, NEVER):
+            self._next_due[slot] = due_ms
+            heapq.heappush(self._heap, (due_ms, slot))
+            self._notified.set()
+
+    def report(self, slot: int, next_due_ms: int, redis_now_ms: int) -> None:
+        """The mover's word after a move: the slot's next due time is now exactly this."""
+        self._offset_ms = redis_now_ms - time.time() * 1000
+        due = NEVER if next_due_ms < 0 else next_due_ms
+        # A wake that arrived while the move was running may be earlier.
+        due = min(due, self._moving.pop(slot, NEVER))
+        self._next_due[slot] = due
+        if due < NEVER:
+            heapq.heappush(self._heap, (due, slot))
+            self._notified.set()
+
+    def move_failed(self, slot: int, retry_in_ms: int) -> None:
+        """The move of `slot` failed (Redis unreachable?): try again a little later."""
+        self._moving.pop(slot, None)
+        self._next_due.pop(slot, None)
+        self.wake(slot, int(self.redis_now_ms()) + retry_in_ms)
+
+    def redis_now_ms(self) -> float:
+        return time.time() * 1000 + self._offset_ms
+
+    # ----- the loop -------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._notified.set()
+
+    async def run(self) -> None:
+        self._stopping = False
+        while not self._stopping:
+            now = self.redis_now_ms()
+            if now >= self._next_safety_ms:
+                self._next_safety_ms = now + self.safety_wake_ms
+                # A move whose report never came (its mover crashed) must not park the
+                # slot forever; a duplicate move is harmless, the script is atomic.
+                self._moving.clear()
+                for slot in self.ownership.owned():
+                    self.wake(slot, 0)
+            await self._send_due(now)
+            wake_at = min(self._heap[0][0], self._next_safety_ms) if self._heap \
+                else self._next_safety_ms
+            wait_s = (wake_at - self.redis_now_ms()) / 1000
+            if wait_s > 0:
+                self._notified.clear()
+                try:
+                    await asyncio.wait_for(self._notified.wait(), wait_s)
+                except TimeoutError:
+                    pass
+
+    async def _send_due(self, now: float) -> None:
+        while self._heap and self._heap[0][0] <= now and not self._stopping:
+            due, slot = heapq.heappop(self._heap)
+            if self._next_due.get(slot) != due:
+                continue  # superseded by a later notification
+            if not self.ownership.owns(slot):
+                self._next_due.pop(slot, None)
+                continue
+            del self._next_due[slot]
+            self._moving[slot] = NEVER  # a move is on its way; report() sets the next time
+            await self.mover_queue.put(slot)

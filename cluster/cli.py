@@ -1,0 +1,146 @@
+"""The `delayq` command line.
+
+    delayq services up|down|status|env   the local development stack
+    delayq db migrate                    create or update the MySQL schema
+    delayq node                          run a node until SIGTERM/SIGINT
+    delayq get JOB_ID                    show a job's durable record
+    delayq cancel JOB_ID                 cancel a job
+
+Settings come from DELAYQ_* environment variables and the TOML file named by
+DELAYQ_CONFIG or --config; see docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+import orjson
+
+from cluster.config import ConfigError, Settings
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="delayq",
+        description="delayq: a distributed delay queue that fires jobs to Kafka at their time.",
+    )
+    parser.add_argument(
+        "--config", metavar="PATH",
+        help="TOML settings file (same as DELAYQ_CONFIG); DELAYQ_* variables override it",
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="logging level (default INFO)",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    services = commands.add_parser(
+        "services", help="start/stop the local development stack (Redis, MariaDB, "
+        "ZooKeeper, Tansu) on non-default ports",
+        description="The local development and test stack. State lives in "
+        "$DELAYQ_STATE_DIR (default ./.delayq). `eval \"$(delayq services env)\"` points "
+        "delayq at it.",
+    )
+    services.add_argument("action", choices=["up", "down", "status", "env"])
+    services.add_argument("--purge", action="store_true",
+                          help="with down: also delete the state folder")
+
+    db = commands.add_parser("db", help="database schema")
+    db.add_argument("action", choices=["migrate"],
+                    help="migrate: create the shard databases and tables (idempotent)")
+
+    commands.add_parser("node", help="run a node until SIGTERM or SIGINT",
+                        description="Run a node: scan, move, dispatch, reap and record "
+                        "every slot it owns. SIGTERM stops it cleanly.")
+
+    get = commands.add_parser("get", help="print a job's durable record as JSON")
+    get.add_argument("job_id")
+    cancel = commands.add_parser("cancel", help="cancel a job; exit 0 if it will never fire")
+    cancel.add_argument("job_id")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if args.command == "services":
+        from cluster import services
+
+        return services.run(args.action, purge=args.purge)
+    if args.config:
+        os.environ["DELAYQ_CONFIG"] = args.config
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:
+        print(f"delayq: configuration error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.command == "db":
+            return _run(_migrate(settings))
+        if args.command == "node":
+            from cluster.node import run_node
+
+            return _run(run_node(settings))
+        if args.command == "get":
+            return _run(_get(settings, args.job_id))
+        if args.command == "cancel":
+            return _run(_cancel(settings, args.job_id))
+    except (ConfigError, ValueError, RuntimeError) as exc:
+        print(f"delayq: {exc}", file=sys.stderr)
+        return 1
+    return 2
+
+
+def _run(coro: Coroutine[Any, Any, int]) -> int:
+    import uvloop
+
+    return uvloop.run(coro)
+
+
+async def _migrate(settings: Settings) -> int:
+    from cluster.mysql_store import MySQLStore
+
+    store = MySQLStore(settings, "cli")
+    await store.open(check_schema=False)
+    try:
+        tables = await store.migrate()
+    finally:
+        await store.close()
+    print(f"schema ready: {len(tables)} job table(s) in "
+          f"{settings.mysql_databases} database(s)")
+    return 0
+
+
+async def _get(settings: Settings, job_id: str) -> int:
+    from cluster.client import DelayClient
+
+    async with DelayClient(settings) as client:
+        record = await client.get(job_id)
+    if record is None:
+        print(f"no job {job_id!r}", file=sys.stderr)
+        return 1
+    data = {**record.__dict__, "status": record.status.name.lower(),
+            "payload": orjson.loads(record.payload_json)}
+    del data["payload_json"]
+    print(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+    return 0
+
+
+async def _cancel(settings: Settings, job_id: str) -> int:
+    from cluster.client import DelayClient
+
+    async with DelayClient(settings) as client:
+        cancelled = await client.cancel(job_id)
+    print("cancelled" if cancelled else "not cancelled (unknown, fired, dead or firing now)")
+    return 0 if cancelled else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

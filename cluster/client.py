@@ -1,0 +1,244 @@
+"""The producer API: schedule, schedule_many, cancel, reschedule, get.
+
+    from cluster.client import DelayClient
+
+    async with DelayClient.from_env() as client:
+        job_id = await client.schedule("orders.close", {"order": 42}, delay=1800)
+
+Every write goes to MySQL first (committed), then to Redis through a Lua script, so a
+job Redis knows is always a job MySQL knows. Bad input raises InvalidJob before
+anything is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import socket
+from collections import defaultdict
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from cluster.config import Settings
+from cluster.envelope import make_tail
+from cluster.jobs import (
+    InvalidJob,
+    Job,
+    JobStatus,
+    ValidJob,
+    check_job_id,
+    due_ms_of,
+    now_ms,
+    validate,
+    validate_job,
+)
+from cluster.keys import KeySpace, slot_of
+from cluster.mysql_store import JobRecord, MySQLStore
+from cluster.redis_conn import RedisClient, connect_redis
+from cluster.scripts import NewJob, Scripts
+
+__all__ = ["DelayClient", "InvalidJob", "Job", "JobRecord", "JobStatus"]
+
+# How long a cancel of a job absent from Redis blocks a late add of it.
+TOMBSTONE_MS = 24 * 3600 * 1000
+PENDING_STATUSES = (int(JobStatus.PENDING), int(JobStatus.FIRING))
+MAX_BATCH = 100_000
+
+
+class DelayClient:
+    """An async producer client. Use as ``async with``; close() is idempotent."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.keys = KeySpace(settings.key_prefix)
+        self.mysql = MySQLStore(settings, f"client:{socket.gethostname()}-{os.getpid()}")
+        self._redis: RedisClient | None = None
+        self._scripts: Scripts | None = None
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> DelayClient:
+        """Settings from DELAYQ_* variables (and DELAYQ_CONFIG), with overrides on top."""
+        return cls(Settings.from_env().replace(**overrides))
+
+    async def open(self) -> None:
+        if self._scripts is not None:
+            return
+        await self.mysql.open()
+        self._redis = connect_redis(self.settings.redis_url)
+        self._scripts = Scripts(self._redis, self.keys)
+
+    async def close(self) -> None:
+        try:
+            await self.mysql.close()
+        finally:
+            redis, self._redis, self._scripts = self._redis, None, None
+            if redis is not None:
+                await redis.aclose()
+
+    async def __aenter__(self) -> DelayClient:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def scripts(self) -> Scripts:
+        if self._scripts is None:
+            raise RuntimeError("DelayClient is not open: use `async with` or await open()")
+        return self._scripts
+
+    # ----- schedule ------------------------------------------------------------------
+
+    async def schedule(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        delay: float | None = None,
+        at: dt.datetime | float | None = None,
+        job_id: str | None = None,
+        biz_id: str | None = None,
+        biz_type: str | None = None,
+        max_attempts: int | None = None,
+    ) -> str:
+        """Schedule one job; returns its job_id. The same job_id twice is one job.
+
+        Give exactly one of delay (seconds from now) or at (an aware datetime or epoch
+        seconds). A due time in the past fires at once.
+        """
+        job = validate(
+            topic=topic, payload=payload, delay=delay, at=at, job_id=job_id, biz_id=biz_id,
+            biz_type=biz_type, max_attempts=max_attempts, settings=self.settings,
+        )
+        await self._store([job], keyed={job.job_id} if job_id is not None else set())
+        return job.job_id
+
+    async def schedule_many(self, jobs: Sequence[Job | dict[str, Any]]) -> list[str]:
+        """Schedule many jobs in few round trips; returns their ids in input order.
+
+        Each job is a Job or a dict with schedule()'s argument names. If any job is
+        invalid, InvalidJob names it and nothing is scheduled.
+        """
+        if isinstance(jobs, str | bytes | dict) or not isinstance(jobs, Sequence):
+            raise InvalidJob("schedule_many() takes a list of jobs")
+        if len(jobs) > MAX_BATCH:
+            raise InvalidJob(f"schedule_many() takes at most {MAX_BATCH} jobs per call")
+        now = now_ms()
+        valid: list[ValidJob] = []
+        keyed: set[str] = set()
+        for index, job in enumerate(jobs):
+            try:
+                checked = validate_job(job, self.settings, now)
+            except InvalidJob as exc:
+                raise InvalidJob(f"job {index}: {exc}") from None
+            valid.append(checked)
+            given_id = job.job_id if isinstance(job, Job) else job.get("job_id")
+            if given_id is not None:
+                keyed.add(checked.job_id)
+        seen: set[str] = set()
+        unique: list[ValidJob] = []  # the same job_id twice in one batch is one job
+        for checked in valid:
+            if checked.job_id not in seen:
+                seen.add(checked.job_id)
+                unique.append(checked)
+        if unique:
+            await self._store(unique, keyed)
+        return [job.job_id for job in valid]
+
+    async def _store(self, jobs: list[ValidJob], keyed: set[str]) -> None:
+        """MySQL first (committed), then the add script per slot, slots concurrently."""
+        slots = [slot_of(job.job_id, self.settings.slots) for job in jobs]
+        await self.mysql.insert_jobs(jobs, slots)
+        to_add = [
+            NewJob(job.job_id, job.due_ms, job.max_attempts, job.tail) for job in jobs
+        ]
+        if keyed:
+            # A caller's job_id may already exist: Redis must get the row MySQL kept.
+            rows = await self.mysql.get_many(sorted(keyed))
+            to_add = [
+                _from_row(rows[job.job_id]) if job.job_id in rows else job
+                for job in to_add
+            ]
+            pending = {
+                job_id for job_id, row in rows.items() if row.status in PENDING_STATUSES
+            }
+            keep = [not (j.job_id in keyed and j.job_id not in pending) for j in to_add]
+            slots = [slot for slot, k in zip(slots, keep, strict=True) if k]
+            to_add = [job for job, k in zip(to_add, keep, strict=True) if k]
+        by_slot: dict[int, list[NewJob]] = defaultdict(list)
+        for slot, job in zip(slots, to_add, strict=True):
+            by_slot[slot].append(job)
+        await asyncio.gather(
+            *(self.scripts.add(slot, slot_jobs) for slot, slot_jobs in by_slot.items())
+        )
+
+    # ----- cancel / reschedule / get -------------------------------------------------
+
+    async def cancel(self, job_id: str) -> bool:
+        """Cancel a job. True guarantees it never fires; False if unknown, already
+        fired, dead, or being published at this moment."""
+        job_id = check_job_id(job_id)
+        slot = slot_of(job_id, self.settings.slots)
+        removed = await self.scripts.cancel(slot, job_id, TOMBSTONE_MS)
+        if removed not in (0, 1):
+            return False  # in flight, dead or fired
+        # removed == 0: Redis does not hold it, and a tombstone now refuses a late add.
+        changed = await self.mysql.set_status(
+            job_id, JobStatus.CANCELLED, slot, from_statuses=PENDING_STATUSES
+        )
+        if changed or removed == 1:
+            return True
+        record = await self.mysql.get(job_id)
+        return record is not None and record.status == JobStatus.CANCELLED
+
+    async def reschedule(
+        self, job_id: str, *, delay: float | None = None,
+        at: dt.datetime | float | None = None,
+    ) -> bool:
+        """Give a job that has not fired a new due time. False if unknown, fired,
+        cancelled, dead, or being published at this moment."""
+        job_id = check_job_id(job_id)
+        due_ms = due_ms_of(delay, at, self.settings)
+        slot = slot_of(job_id, self.settings.slots)
+        status, _ = await self.scripts.reschedule(slot, job_id, due_ms)
+        if status == 1:
+            await self.mysql.set_due(job_id, due_ms, slot)
+            return True
+        if status != 0:
+            return False
+        # Not in Redis: its add may still be on the way, or Redis lost it. If MySQL says
+        # it is pending, record the new time and (re)add it; a concurrent add then
+        # finds it present and changes nothing.
+        if not await self.mysql.set_due(job_id, due_ms, slot):
+            return False
+        row = await self.mysql.get(job_id)
+        if row is None or row.status not in PENDING_STATUSES:
+            return False
+        _, statuses = await self.scripts.add(slot, [_from_row(row)])
+        if statuses[0] == 0:
+            status, _ = await self.scripts.reschedule(slot, job_id, due_ms)
+            return status == 1
+        return statuses[0] == 1
+
+    async def get(self, job_id: str) -> JobRecord | None:
+        """The durable record of a job (status, due time, attempts), or None.
+
+        The status is MySQL's: a job fired a moment ago may still read pending for
+        the few milliseconds until its node records it.
+        """
+        return await self.mysql.get(check_job_id(job_id))
+
+
+def _from_row(row: JobRecord) -> NewJob:
+    return NewJob(
+        row.job_id,
+        row.due_ms,
+        row.max_attempts,
+        make_tail(row.job_id, row.topic, row.biz_id, row.biz_type, row.payload_json.encode()),
+    )

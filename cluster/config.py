@@ -1,0 +1,165 @@
+"""Settings of delayq, read from DELAYQ_* environment variables or a TOML file.
+
+Every setting has a default; docs/configuration.md lists them all. Environment
+variables override the TOML file (``DELAYQ_CONFIG=path/to/delayq.toml``), which
+overrides the defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting is missing, malformed or out of range."""
+
+
+def _default_node_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All knobs of a client and a node. Units are in the names."""
+
+    # Connections.
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    mysql_url: str = "mysql://delayq:delayq@127.0.0.1:3306/delayq"
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    zk_hosts: str = "127.0.0.1:2181"
+
+    # Layout. Slot count must be a power of two and is fixed for the life of a cluster.
+    key_prefix: str = "dq"
+    slots: int = 16
+    mysql_databases: int = 1
+    mysql_tables: int = 4
+
+    # Input limits.
+    payload_max_bytes: int = 65536
+    max_delay_s: float = 365 * 86400.0
+    default_max_attempts: int = 16
+
+    # Node: batching and pacing.
+    move_batch: int = 1000
+    claim_batch: int = 500
+    dispatch_concurrency: int = 4
+    record_batch: int = 2000
+    safety_wake_ms: int = 1000
+    reap_interval_ms: int = 1000
+    inflight_timeout_ms: int = 30000
+    retry_backoff_ms: int = 1000
+    retry_backoff_max_ms: int = 300000
+    queue_size: int = 1024
+    node_id: str = field(default_factory=_default_node_id)
+
+    # Kafka producer.
+    kafka_idempotence: bool = True
+    kafka_linger_ms: int = 2
+    kafka_request_timeout_ms: int = 15000
+    kafka_max_batch_bytes: int = 1048576
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if self.slots < 1 or self.slots & (self.slots - 1):
+            raise ConfigError(f"slots must be a power of two >= 1, got {self.slots}")
+        if self.slots > 65536:
+            raise ConfigError(f"slots must be <= 65536, got {self.slots}")
+        for name in (
+            "mysql_databases", "mysql_tables", "payload_max_bytes", "default_max_attempts",
+            "move_batch", "claim_batch", "dispatch_concurrency", "record_batch",
+            "safety_wake_ms", "reap_interval_ms", "inflight_timeout_ms", "retry_backoff_ms",
+            "retry_backoff_max_ms", "queue_size", "kafka_request_timeout_ms",
+            "kafka_max_batch_bytes",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.kafka_linger_ms < 0:
+            raise ConfigError(f"kafka_linger_ms must be >= 0, got {self.kafka_linger_ms}")
+        if not self.max_delay_s > 0:
+            raise ConfigError(f"max_delay_s must be > 0, got {self.max_delay_s}")
+        if self.default_max_attempts > 1000:
+            raise ConfigError("default_max_attempts must be <= 1000")
+        if self.inflight_timeout_ms <= self.kafka_request_timeout_ms:
+            # A slow but healthy broker must not turn every in-flight job into a duplicate.
+            raise ConfigError(
+                "inflight_timeout_ms must be longer than kafka_request_timeout_ms "
+                f"({self.inflight_timeout_ms} <= {self.kafka_request_timeout_ms})"
+            )
+        if not self.key_prefix or any(c in self.key_prefix for c in "{} "):
+            raise ConfigError(f"key_prefix must be non-empty without braces or spaces: "
+                              f"{self.key_prefix!r}")
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Defaults, then the TOML file named by DELAYQ_CONFIG, then DELAYQ_* variables."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        config_path = env.get("DELAYQ_CONFIG")
+        if config_path:
+            values.update(load_toml(Path(config_path)))
+        for f in fields(cls):
+            raw = env.get(f"DELAYQ_{f.name.upper()}")
+            if raw is not None:
+                values[f.name] = _parse(f.name, raw, _field_type(f.name))
+        return cls(**values)
+
+
+def _field_type(name: str) -> type:
+    default = Settings.__dataclass_fields__[name].default
+    if default is dataclasses.MISSING:
+        return str
+    return type(default)
+
+
+def _parse(name: str, raw: str, kind: type) -> Any:
+    try:
+        if kind is bool:
+            lowered = raw.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+    except ValueError:
+        raise ConfigError(
+            f"DELAYQ_{name.upper()}={raw!r} is not a valid {kind.__name__}"
+        ) from None
+    return raw
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Read settings from a TOML file: top-level keys named like the Settings fields."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    known = {f.name: _field_type(f.name) for f in fields(Settings)}
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in known:
+            raise ConfigError(f"unknown setting {key!r} in {path}")
+        kind = known[key]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ConfigError(f"setting {key!r} in {path} must be {kind.__name__}")
+        values[key] = value
+    return values

@@ -1,0 +1,221 @@
+"""The job a producer schedules, its validation, and the record delayq fires.
+
+Validation happens before anything is written, so bad input changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import re
+import time
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import orjson
+
+from cluster.config import Settings
+from cluster.envelope import make_tail
+
+
+class JobStatus(IntEnum):
+    PENDING = 0
+    FIRING = 1  # at least one attempt failed; a retry is scheduled
+    FIRED = 2
+    CANCELLED = 3
+    DEAD = 4
+
+
+class InvalidJob(ValueError):
+    """A schedule/cancel/reschedule argument is not acceptable; nothing was changed."""
+
+
+# Kafka's own rule for topic names.
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+JOB_ID_MAX_CHARS = 200
+BIZ_ID_MAX_CHARS = 200
+BIZ_TYPE_MAX_CHARS = 64
+MAX_ATTEMPTS_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job for schedule_many(); the same fields as schedule()'s arguments."""
+
+    topic: str
+    payload: Any
+    delay: float | None = None
+    at: dt.datetime | float | None = None
+    job_id: str | None = None
+    biz_id: str | None = None
+    biz_type: str | None = None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True)
+class ValidJob:
+    """A job that passed validation, with its due time fixed and its JSON made."""
+
+    job_id: str
+    topic: str
+    biz_id: str | None
+    biz_type: str | None
+    due_ms: int
+    max_attempts: int
+    payload_json: bytes
+    tail: bytes  # what Redis keeps beside the job (cluster/envelope.py)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def new_job_id() -> str:
+    """A time-ordered id: 12 hex digits of ms then 20 random hex digits."""
+    return f"{now_ms():012x}{os.urandom(10).hex()}"
+
+
+def check_job_id(job_id: object) -> str:
+    if not isinstance(job_id, str):
+        raise InvalidJob(f"job_id must be a str, got {type(job_id).__name__}")
+    if not job_id or len(job_id) > JOB_ID_MAX_CHARS:
+        raise InvalidJob(f"job_id must be 1..{JOB_ID_MAX_CHARS} characters")
+    if _CONTROL.search(job_id):
+        raise InvalidJob("job_id must not contain control characters")
+    return job_id
+
+
+def check_topic(topic: object) -> str:
+    if not isinstance(topic, str):
+        raise InvalidJob(f"topic must be a str, got {type(topic).__name__}")
+    if not _TOPIC.match(topic) or topic in (".", ".."):
+        raise InvalidJob(
+            f"topic {topic!r} is not a valid Kafka topic name "
+            "(1..249 of the characters A-Z a-z 0-9 . _ -, not '.' or '..')"
+        )
+    return topic
+
+
+def _check_text(name: str, value: object, max_chars: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidJob(f"{name} must be a str or None, got {type(value).__name__}")
+    if not value or len(value) > max_chars:
+        raise InvalidJob(f"{name} must be 1..{max_chars} characters")
+    if _CONTROL.search(value):
+        raise InvalidJob(f"{name} must not contain control characters")
+    return value
+
+
+def _finite_number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidJob(f"{name} must be a number, got {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise InvalidJob(f"{name} must be finite, got {value!r}")
+    return number
+
+
+def due_ms_of(
+    delay: object, at: object, settings: Settings, now: int | None = None
+) -> int:
+    """Exactly one of delay (seconds from now) or at (aware datetime or epoch seconds)."""
+    if (delay is None) == (at is None):
+        raise InvalidJob("give exactly one of delay= (seconds) or at= (time)")
+    current = now_ms() if now is None else now
+    if delay is not None:
+        seconds = _finite_number("delay", delay)
+        if seconds < 0:
+            raise InvalidJob(f"delay must be >= 0 seconds, got {delay!r}")
+        due = current + round(seconds * 1000)
+    elif isinstance(at, dt.datetime):
+        if at.tzinfo is None or at.utcoffset() is None:
+            raise InvalidJob("at must be a timezone-aware datetime")
+        due = round(at.timestamp() * 1000)
+    else:
+        seconds = _finite_number("at", at)
+        if seconds < 0:
+            raise InvalidJob(f"at must be epoch seconds >= 0, got {at!r}")
+        due = round(seconds * 1000)
+    if due - current > settings.max_delay_s * 1000:
+        raise InvalidJob(
+            f"due time is more than max_delay_s={settings.max_delay_s:g} seconds ahead"
+        )
+    return max(due, 0)
+
+
+def validate(
+    *,
+    topic: object,
+    payload: object,
+    delay: object,
+    at: object,
+    job_id: object,
+    biz_id: object,
+    biz_type: object,
+    max_attempts: object,
+    settings: Settings,
+    now: int | None = None,
+) -> ValidJob:
+    """Check every argument of one job; raise InvalidJob naming the first bad one."""
+    topic = check_topic(topic)
+    job_id = new_job_id() if job_id is None else check_job_id(job_id)
+    biz_id = _check_text("biz_id", biz_id, BIZ_ID_MAX_CHARS)
+    biz_type = _check_text("biz_type", biz_type, BIZ_TYPE_MAX_CHARS)
+    if max_attempts is None:
+        max_attempts = settings.default_max_attempts
+    if (
+        isinstance(max_attempts, bool)
+        or not isinstance(max_attempts, int)
+        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise InvalidJob(f"max_attempts must be an int in 1..{MAX_ATTEMPTS_LIMIT}")
+    due = due_ms_of(delay, at, settings, now)
+    try:
+        payload_json = orjson.dumps(payload)
+    except TypeError as exc:
+        raise InvalidJob(f"payload is not JSON-serialisable: {exc}") from None
+    if len(payload_json) > settings.payload_max_bytes:
+        raise InvalidJob(
+            f"payload is {len(payload_json)} bytes as JSON, over payload_max_bytes="
+            f"{settings.payload_max_bytes}"
+        )
+    return ValidJob(
+        job_id=job_id,
+        topic=topic,
+        biz_id=biz_id,
+        biz_type=biz_type,
+        due_ms=due,
+        max_attempts=max_attempts,
+        payload_json=payload_json,
+        tail=make_tail(job_id, topic, biz_id, biz_type, payload_json),
+    )
+
+
+def validate_job(job: Job | dict[str, Any], settings: Settings, now: int) -> ValidJob:
+    """Validate one schedule_many() entry: a Job or a mapping with schedule()'s keys."""
+    if isinstance(job, Job):
+        fields = {
+            "topic": job.topic, "payload": job.payload, "delay": job.delay, "at": job.at,
+            "job_id": job.job_id, "biz_id": job.biz_id, "biz_type": job.biz_type,
+            "max_attempts": job.max_attempts,
+        }
+    elif isinstance(job, dict):
+        unknown = set(job) - _JOB_KEYS
+        if unknown:
+            raise InvalidJob(f"unknown job keys: {sorted(unknown)}")
+        if "topic" not in job or "payload" not in job:
+            raise InvalidJob("each job needs 'topic' and 'payload'")
+        fields = {key: job.get(key) for key in _JOB_KEYS}
+    else:
+        raise InvalidJob(f"each job must be a Job or a dict, got {type(job).__name__}")
+    return validate(settings=settings, now=now, **fields)
+
+
+_JOB_KEYS = frozenset(
+    ("topic", "payload", "delay", "at", "job_id", "biz_id", "biz_type", "max_attempts")
+)

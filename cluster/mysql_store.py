@@ -1,0 +1,387 @@
+"""The durable record of every job in MySQL, sharded over databases × tables.
+
+A job's shard is a function of its job_id alone (cluster.keys.shard_of), so get and
+cancel need nothing else. The shard layout is stored in the delayq_meta table at
+migration time; opening a store with a different layout fails instead of silently
+looking for jobs in the wrong tables.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.resources
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import aiomysql
+
+from cluster.config import ConfigError, Settings
+from cluster.jobs import JobStatus, ValidJob, now_ms
+from cluster.keys import shard_of
+
+SCHEMA_FILES = ("001_jobs.sql",)
+SCHEMA_VERSION = len(SCHEMA_FILES)
+UTC = dt.UTC
+
+
+class SchemaError(RuntimeError):
+    """The database is not migrated, or was migrated with another shard layout."""
+
+
+def ms_to_datetime(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, UTC).replace(tzinfo=None)
+
+
+def datetime_to_ms(value: dt.datetime) -> int:
+    return round(value.replace(tzinfo=UTC).timestamp() * 1000)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What get() returns: the durable state of one job."""
+
+    job_id: str
+    topic: str
+    biz_id: str | None
+    biz_type: str | None
+    status: JobStatus
+    due_ms: int
+    attempts: int
+    max_attempts: int
+    payload_json: str
+    slot: int
+    last_error: str | None
+    created_ms: int
+    modified_ms: int
+
+    @property
+    def due(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.due_ms / 1000, UTC)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One journal entry from Redis: a job fired, is retrying, or went dead."""
+
+    job_id: str
+    status: JobStatus
+    attempt: int
+    at_ms: int
+    note: str
+    slot: int
+
+
+def parse_mysql_url(url: str) -> dict[str, Any]:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("mysql", "mariadb"):
+        raise ConfigError(f"mysql_url must start with mysql://, got {url!r}")
+    database = parsed.path.lstrip("/")
+    if not database:
+        raise ConfigError(f"mysql_url must name a database: {url!r}")
+    return {
+        "host": parsed.hostname or "127.0.0.1",
+        "port": parsed.port or 3306,
+        "user": unquote(parsed.username or "root"),
+        "password": unquote(parsed.password or ""),
+        "db": database,
+    }
+
+
+_JOB_COLUMNS = (
+    "job_id, topic, biz_id, biz_type, status, action_time, attempts, max_attempts, payload,"
+    " slot, last_error, gmt_create, gmt_modified"
+)
+
+
+class MySQLStore:
+    """Connection pool plus the few statements delayq needs, grouped by shard."""
+
+    def __init__(self, settings: Settings, node_id: str) -> None:
+        self.settings = settings
+        self.node_id = node_id[:128]
+        self.conn_args = parse_mysql_url(settings.mysql_url)
+        self.database = self.conn_args["db"]
+        self._pool: aiomysql.Pool | None = None
+
+    # ----- lifecycle -----------------------------------------------------------------
+
+    async def open(self, *, check_schema: bool = True) -> None:
+        self._pool = await aiomysql.create_pool(
+            minsize=1,
+            maxsize=10,
+            autocommit=True,
+            charset="utf8mb4",
+            init_command="SET time_zone = '+00:00'",
+            **self.conn_args,
+        )
+        if check_schema:
+            await self.check_layout()
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            await self._pool.wait_closed()
+            self._pool = None
+
+    @property
+    def pool(self) -> aiomysql.Pool:
+        if self._pool is None:
+            raise RuntimeError("MySQLStore is not open")
+        return self._pool
+
+    # ----- naming ----------------------------------------------------------------------
+
+    def database_name(self, db_index: int) -> str:
+        if self.settings.mysql_databases == 1:
+            return str(self.database)
+        return f"{self.database}_{db_index}"
+
+    def tables_of(self, job_id: str) -> tuple[str, str]:
+        """(job table, history table), fully qualified, of a job's shard."""
+        return self._shard_tables(
+            shard_of(job_id, self.settings.mysql_databases, self.settings.mysql_tables)
+        )
+
+    def _shard_tables(self, shard: tuple[int, int]) -> tuple[str, str]:
+        db = self.database_name(shard[0])
+        return f"`{db}`.`job_{shard[1]:04d}`", f"`{db}`.`job_history_{shard[1]:04d}`"
+
+    def all_shards(self) -> list[tuple[int, int]]:
+        return [
+            (d, t)
+            for d in range(self.settings.mysql_databases)
+            for t in range(self.settings.mysql_tables)
+        ]
+
+    def _group(self, job_ids: Iterable[str]) -> dict[tuple[int, int], list[str]]:
+        groups: dict[tuple[int, int], list[str]] = defaultdict(list)
+        for job_id in job_ids:
+            groups[shard_of(job_id, self.settings.mysql_databases,
+                            self.settings.mysql_tables)].append(job_id)
+        return groups
+
+    # ----- schema ----------------------------------------------------------------------
+
+    async def migrate(self) -> list[str]:
+        """Create databases and every shard's tables; record the layout. Idempotent."""
+        done: list[str] = []
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute(
+                f"CREATE TABLE IF NOT EXISTS `{self.database}`.delayq_meta ("
+                " name VARCHAR(64) NOT NULL PRIMARY KEY, value VARCHAR(255) NOT NULL)"
+            )
+            layout = await self._read_meta(cur)
+            wanted = self._layout()
+            if layout and {k: layout.get(k) for k in wanted} != wanted:
+                raise SchemaError(
+                    f"database is laid out as {layout}, settings ask for {wanted}; "
+                    "the shard layout of an existing deployment cannot change"
+                )
+            for d in range(self.settings.mysql_databases):
+                await cur.execute(f"CREATE DATABASE IF NOT EXISTS `{self.database_name(d)}`")
+            statements = [
+                s.strip()
+                for name in SCHEMA_FILES
+                for s in importlib.resources.files("schema").joinpath(name).read_text()
+                .split(";\n")
+                if s.strip() and not all(
+                    line.startswith("--") for line in s.strip().splitlines()
+                )
+            ]
+            for shard in self.all_shards():
+                jobs, history = self._shard_tables(shard)
+                for statement in statements:
+                    await cur.execute(statement.format(jobs=jobs, history=history))
+                done.append(jobs)
+            for name, value in {**wanted, "schema_version": str(SCHEMA_VERSION)}.items():
+                await cur.execute(
+                    f"REPLACE INTO `{self.database}`.delayq_meta (name, value) VALUES (%s, %s)",
+                    (name, value),
+                )
+        return done
+
+    def _layout(self) -> dict[str, str]:
+        return {
+            "databases": str(self.settings.mysql_databases),
+            "tables": str(self.settings.mysql_tables),
+        }
+
+    async def _read_meta(self, cur: Any) -> dict[str, str]:
+        await cur.execute(f"SELECT name, value FROM `{self.database}`.delayq_meta")
+        return {name: value for name, value in await cur.fetchall()}
+
+    async def check_layout(self) -> None:
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            try:
+                meta = await self._read_meta(cur)
+            except aiomysql.ProgrammingError:
+                meta = {}
+        if not meta:
+            raise SchemaError(
+                f"database {self.database!r} has no delayq schema: run `delayq db migrate`"
+            )
+        if int(meta.get("schema_version", "0")) < SCHEMA_VERSION:
+            raise SchemaError("the delayq schema is out of date: run `delayq db migrate`")
+        wanted = self._layout()
+        if {k: meta.get(k) for k in wanted} != wanted:
+            raise SchemaError(
+                f"the database holds a {meta.get('databases')}×{meta.get('tables')} shard "
+                f"layout but settings say {wanted['databases']}×{wanted['tables']}"
+            )
+
+    # ----- producer side -----------------------------------------------------------------
+
+    async def insert_jobs(self, jobs: Sequence[ValidJob], slots: Sequence[int]) -> None:
+        """INSERT IGNORE each job (an existing job_id keeps its row), one commit per shard."""
+        by_shard: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for index, job in enumerate(jobs):
+            by_shard[shard_of(job.job_id, self.settings.mysql_databases,
+                              self.settings.mysql_tables)].append(index)
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            for shard, indexes in by_shard.items():
+                table, _ = self._shard_tables(shard)
+                rows = [
+                    (
+                        jobs[i].job_id, jobs[i].topic, jobs[i].biz_id, jobs[i].biz_type,
+                        ms_to_datetime(jobs[i].due_ms), jobs[i].max_attempts,
+                        jobs[i].payload_json.decode(), slots[i],
+                    )
+                    for i in indexes
+                ]
+                await cur.executemany(
+                    f"INSERT IGNORE INTO {table} (job_id, topic, biz_id, biz_type, status,"
+                    f" action_time, max_attempts, payload, slot)"
+                    f" VALUES (%s, %s, %s, %s, 0, %s, %s, %s, %s)",
+                    rows,
+                )
+
+    async def get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        found: dict[str, JobRecord] = {}
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            for shard, ids in self._group(job_ids).items():
+                table, _ = self._shard_tables(shard)
+                marks = ", ".join(["%s"] * len(ids))
+                await cur.execute(
+                    f"SELECT {_JOB_COLUMNS} FROM {table} WHERE job_id IN ({marks})", ids
+                )
+                for row in await cur.fetchall():
+                    record = _record(row)
+                    found[record.job_id] = record
+        return found
+
+    async def get(self, job_id: str) -> JobRecord | None:
+        return (await self.get_many([job_id])).get(job_id)
+
+    async def set_status(
+        self, job_id: str, status: JobStatus, slot: int, *, from_statuses: tuple[int, ...],
+        note: str = "",
+    ) -> bool:
+        """Move a job to status if it is in one of from_statuses; True if it moved."""
+        table, history = self.tables_of(job_id)
+        marks = ", ".join(["%s"] * len(from_statuses))
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            changed = await cur.execute(
+                f"UPDATE {table} SET status = %s WHERE job_id = %s AND status IN ({marks})",
+                (int(status), job_id, *from_statuses),
+            )
+            if changed:
+                await self._history(cur, history, [(job_id, int(status), 0, slot, note)])
+        return bool(changed)
+
+    async def set_due(self, job_id: str, due_ms: int, slot: int) -> bool:
+        """Record a reschedule of a job that has not fired; True if its row changed."""
+        table, history = self.tables_of(job_id)
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            changed = await cur.execute(
+                f"UPDATE {table} SET action_time = %s WHERE job_id = %s AND status IN (0, 1)",
+                (ms_to_datetime(due_ms), job_id),
+            )
+            if changed:
+                await self._history(
+                    cur, history, [(job_id, int(JobStatus.PENDING), 0, slot, "rescheduled")]
+                )
+        return bool(changed)
+
+    # ----- node side -----------------------------------------------------------------------
+
+    async def record_outcomes(self, outcomes: Sequence[Outcome]) -> None:
+        """Apply journal entries from Redis: status, attempts, last error, and history.
+
+        Idempotent: applying the same entries twice leaves the same rows (history may
+        repeat a line), so the recorder can retry after a crash.
+        """
+        by_shard: dict[tuple[int, int], list[Outcome]] = defaultdict(list)
+        for outcome in outcomes:
+            by_shard[shard_of(outcome.job_id, self.settings.mysql_databases,
+                              self.settings.mysql_tables)].append(outcome)
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            for shard, items in by_shard.items():
+                table, history = self._shard_tables(shard)
+                fired = [o for o in items if o.status == JobStatus.FIRED]
+                for attempt, ids in _ids_by_attempt(fired).items():
+                    marks = ", ".join(["%s"] * len(ids))
+                    await cur.execute(
+                        f"UPDATE {table} SET status = 2, attempts = %s"
+                        f" WHERE job_id IN ({marks}) AND status IN (0, 1)",
+                        (attempt, *ids),
+                    )
+                others = [o for o in items if o.status != JobStatus.FIRED]
+                if others:
+                    await cur.executemany(
+                        f"UPDATE {table} SET status = %s, attempts = %s, last_error = %s"
+                        f" WHERE job_id = %s AND status IN (0, 1)",
+                        [(int(o.status), o.attempt, o.note[:1000] or None, o.job_id)
+                         for o in others],
+                    )
+                await self._history(
+                    cur, history,
+                    [(o.job_id, int(o.status), o.attempt, o.slot, o.note) for o in items],
+                    at_ms=[o.at_ms for o in items],
+                )
+
+    async def _history(
+        self, cur: Any, table: str, rows: list[tuple[str, int, int, int, str]],
+        at_ms: list[int] | None = None,
+    ) -> None:
+        now = ms_to_datetime(now_ms())
+        await cur.executemany(
+            f"INSERT INTO {table} (job_id, status, attempt, node, slot, at, note)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            [
+                (job_id, status, attempt, self.node_id, slot,
+                 ms_to_datetime(at_ms[i]) if at_ms else now, note[:1000] or None)
+                for i, (job_id, status, attempt, slot, note) in enumerate(rows)
+            ],
+        )
+
+    async def history(self, job_id: str) -> list[dict[str, Any]]:
+        """A job's status changes, oldest first."""
+        _, history = self.tables_of(job_id)
+        async with self.pool.acquire() as conn, conn.cursor(aiomysql.DictCursor) as cur:
+            await cur.execute(
+                f"SELECT status, attempt, node, slot, at, note FROM {history}"
+                " WHERE job_id = %s ORDER BY id",
+                (job_id,),
+            )
+            return list(await cur.fetchall())
+
+
+def _ids_by_attempt(outcomes: Iterable[Outcome]) -> dict[int, list[str]]:
+    groups: dict[int, list[str]] = defaultdict(list)
+    for outcome in outcomes:
+        groups[outcome.attempt].append(outcome.job_id)
+    return groups
+
+
+def _record(row: Sequence[Any]) -> JobRecord:
+    (job_id, topic, biz_id, biz_type, status, action_time, attempts, max_attempts, payload,
+     slot, last_error, created, modified) = row
+    return JobRecord(
+        job_id=job_id, topic=topic, biz_id=biz_id, biz_type=biz_type,
+        status=JobStatus(status), due_ms=datetime_to_ms(action_time), attempts=attempts,
+        max_attempts=max_attempts, payload_json=payload, slot=slot, last_error=last_error,
+        created_ms=datetime_to_ms(created), modified_ms=datetime_to_ms(modified),
+    )

@@ -1,0 +1,163 @@
+"""A delayq node: its connections, its actors, and its lifecycle.
+
+    node = Node(settings)
+    await node.start()      # connects, checks the schema, starts the actors
+    ...
+    await node.stop()       # stops actors in order; nothing in flight is lost
+
+`delayq node` runs one until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaProducer
+
+from actors.base import SlotQueue
+from actors.dispatcher import Dispatcher
+from actors.mover import Mover
+from actors.reaper import RetryReaper
+from actors.recorder import Recorder
+from actors.scanner import SlotScanner
+from actors.supervisor import Supervisor
+from actors.wake_listener import WakeListener
+from cluster.config import Settings
+from cluster.keys import KeySpace
+from cluster.mysql_store import MySQLStore
+from cluster.ownership import StaticOwnership
+from cluster.redis_conn import RedisClient, connect_redis
+from cluster.scripts import Scripts
+
+log = logging.getLogger(__name__)
+
+
+def make_producer(settings: Settings) -> AIOKafkaProducer:
+    return AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap.split(","),
+        client_id=f"delayq-{settings.node_id}",
+        acks="all",
+        enable_idempotence=settings.kafka_idempotence,
+        linger_ms=settings.kafka_linger_ms,
+        request_timeout_ms=settings.kafka_request_timeout_ms,
+        max_batch_size=256 * 1024,
+        max_request_size=settings.kafka_max_batch_bytes,
+    )
+
+
+@dataclass
+class NodeParts:
+    """Everything a running node holds, created in start()."""
+
+    redis: RedisClient
+    producer: AIOKafkaProducer
+    scanner: SlotScanner
+    mover: Mover
+    dispatcher: Dispatcher
+    reaper: RetryReaper
+    recorder: Recorder
+    supervisor: Supervisor
+
+
+class Node:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.keys = KeySpace(settings.key_prefix)
+        self.ownership = StaticOwnership(settings.slots)
+        self.mysql = MySQLStore(settings, settings.node_id)
+        self.parts: NodeParts | None = None
+        self._stopped = False
+
+    async def start(self) -> None:
+        s = self.settings
+        await self.mysql.open()
+        redis = connect_redis(s.redis_url)
+        producer = make_producer(s)
+        try:
+            await producer.start()
+        except Exception:
+            await redis.aclose()
+            await self.mysql.close()
+            raise
+        scripts = Scripts(redis, self.keys)
+        mover_queue, dispatch_queue, record_queue = (
+            SlotQueue(s.queue_size), SlotQueue(s.queue_size), SlotQueue(s.queue_size)
+        )
+        scanner = SlotScanner(self.ownership, mover_queue, s.safety_wake_ms)
+        mover = Mover(scripts, scanner, mover_queue, dispatch_queue, s.move_batch)
+        dispatcher = Dispatcher(
+            s, scripts, producer, self.ownership, scanner, dispatch_queue, record_queue
+        )
+        reaper = RetryReaper(s, scripts, self.ownership, scanner, record_queue)
+        recorder = Recorder(
+            scripts, self.mysql, self.ownership, record_queue, s.record_batch, s.safety_wake_ms
+        )
+        listener = WakeListener(redis, self.keys.wake_channel, self.ownership, scanner)
+        # Stop order: sources of work first, finishers last.
+        supervisor = Supervisor([listener, scanner, mover, dispatcher, reaper, recorder])
+        self.parts = NodeParts(
+            redis, producer, scanner, mover, dispatcher, reaper, recorder, supervisor
+        )
+        supervisor.start()
+        log.info("node %s started: %d slots, kafka %s", s.node_id, s.slots, s.kafka_bootstrap)
+
+    async def wait(self) -> None:
+        """Until the actors stop (after stop()) or the supervisor gives up."""
+        if self.parts is not None:
+            await self.parts.supervisor.wait()
+
+    async def stop(self) -> None:
+        """Stop actors in order, flush the producer, close connections. Idempotent."""
+        if self._stopped or self.parts is None:
+            return
+        self._stopped = True
+        parts = self.parts
+        try:
+            await parts.supervisor.stop()
+        finally:
+            try:
+                await parts.producer.stop()
+            finally:
+                await parts.redis.aclose()
+                await self.mysql.close()
+        log.info("node %s stopped", self.settings.node_id)
+
+    def stats(self) -> dict[str, int]:
+        if self.parts is None:
+            return {}
+        p = self.parts
+        return {
+            "moved": p.mover.moved_total,
+            "fired": p.dispatcher.fired_total,
+            "publish_failures": p.dispatcher.failed_total,
+            "retried": p.reaper.retried_total,
+            "dead": p.reaper.dead_total,
+            "recorded": p.recorder.recorded_total,
+        }
+
+
+async def run_node(settings: Settings) -> int:
+    """Run a node until SIGTERM/SIGINT; the exit code for the process."""
+    node = Node(settings)
+    stop_requested = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop_requested.set)
+    await node.start()
+    waiter = asyncio.create_task(node.wait())
+    stopper = asyncio.create_task(stop_requested.wait())
+    await asyncio.wait((waiter, stopper), return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    if waiter.done() and waiter.exception() is not None:
+        log.error("node failed: %s", waiter.exception())
+        code = 1
+    log.info("stopping node %s", settings.node_id)
+    await node.stop()
+    stopper.cancel()
+    if not waiter.done():
+        await waiter
+    log.info("final counters: %s", node.stats())
+    return code

@@ -1,0 +1,30 @@
+-- ack: jobs were published; forget them and journal "fired" for the MySQL recorder.
+-- KEYS[1] inflight zset   KEYS[2] delay zset   KEYS[3] jobs hash   KEYS[4] attempts hash
+-- KEYS[5] done list   KEYS[6] acked hash   KEYS[7] dead zset
+-- ARGV[1..] job ids
+-- Returns the number of jobs acked. A job already acked or cancelled is skipped; a job
+-- the reaper already put back for retry (or buried) is removed from the delay zset (or
+-- the dead-letter set) too, since it did get published.
+--@include common
+
+local inflight, delay, jobs, attempts, done, acked, dead =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local now = now_ms()
+local count = 0
+for _, id in ipairs(ARGV) do
+  local v = redis.call('HGET', jobs, id)
+  if v then
+    if redis.call('ZREM', inflight, id) == 0 then
+      local seq = parse_envelope(v)
+      redis.call('ZREM', delay, seq .. id)
+      redis.call('ZREM', dead, id)
+    end
+    local attempt = redis.call('HGET', attempts, id) or '1'
+    redis.call('HDEL', jobs, id)
+    redis.call('HDEL', attempts, id)
+    redis.call('HSET', acked, id, attempt)
+    journal(done, 2, attempt, now, id, '')
+    count = count + 1
+  end
+end
+return count

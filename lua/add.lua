@@ -1,0 +1,34 @@
+-- add: schedule jobs into one slot (idempotent per job id).
+-- KEYS[1] delay zset   KEYS[2] jobs hash   KEYS[3] seq counter   KEYS[4] tomb zset
+-- KEYS[5] acked hash
+-- ARGV[1] wake channel   ARGV[2] slot number
+-- ARGV[3..] groups of 4: job_id, due_ms, max_attempts, record json
+-- Returns {woke, status_1, ..., status_n}: woke is 1 when the slot's earliest due time
+-- moved earlier (the owner was woken by PUBLISH); status is 1 added, 0 already
+-- scheduled (nothing changed), -1 refused because the job was cancelled or has just
+-- fired (its MySQL status is not recorded yet).
+--@include common
+
+local delay, jobs, seq_key, tomb, acked = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local n = (#ARGV - 2) / 4
+local old_head = head_score(delay)
+local first_seq = reserve_seq(seq_key, n)
+local result = {0}
+local new_min = nil
+for i = 0, n - 1 do
+  local id, due = ARGV[3 + i * 4], ARGV[4 + i * 4]
+  local status = 0
+  if redis.call('ZSCORE', tomb, id) or redis.call('HEXISTS', acked, id) == 1 then
+    status = -1
+  elseif redis.call('HEXISTS', jobs, id) == 0 then
+    local seq = seq_hex(first_seq + i)
+    redis.call('HSET', jobs, id, seq .. '|' .. ARGV[5 + i * 4] .. '|' .. due .. '|' .. ARGV[6 + i * 4])
+    local score = tonumber(due)
+    redis.call('ZADD', delay, score, seq .. id)
+    if new_min == nil or score < new_min then new_min = score end
+    status = 1
+  end
+  result[i + 2] = status
+end
+result[1] = wake_if_earlier(ARGV[1], ARGV[2], old_head, new_min)
+return result

@@ -1,0 +1,77 @@
+-- Shared helpers, pulled into a script by the line "--@include common".
+--
+-- Stored envelope (the value in the slot's jobs hash):
+--   "<seq>|<max_attempts>|<due_ms>|<tail>"
+-- seq is 12 hex digits and also prefixes the job's member in the delay zset, so the
+-- member can be rebuilt from the envelope. The tail is opaque to the scripts; it is
+-- "<topic>|<kafka key byte length>|<kafka key><record json>" (cluster/envelope.py).
+--
+-- Journal entry (the slot's done list, drained into MySQL by the recorder):
+--   "<status>|<attempt>|<ms>|<job id byte length>|<job id><note>"
+-- status: 1 retrying, 2 fired, 4 dead. The length prefix keeps any job id safe.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Reserve n consecutive sequence numbers; returns the first.
+local function reserve_seq(seq_key, n)
+  return redis.call('INCRBY', seq_key, n) - n + 1
+end
+
+local function seq_hex(n)
+  return string.format('%012x', n)
+end
+
+-- Returns seq_hex, max_attempts, due_ms (strings) and the index where the tail starts.
+local function parse_envelope(v)
+  local _, header_end, seq, max_attempts, due = string.find(v, '^(%x+)|(%d+)|(%-?%d+)|')
+  return seq, max_attempts, due, header_end + 1
+end
+
+local function journal(done_key, status, attempt, ms, id, note)
+  redis.call('RPUSH', done_key,
+    status .. '|' .. attempt .. '|' .. ms .. '|' .. string.len(id) .. '|' .. id .. (note or ''))
+end
+
+-- Current earliest score of a zset, or nil when empty.
+local function head_score(zset_key)
+  local head = redis.call('ZRANGE', zset_key, 0, 0, 'WITHSCORES')
+  if head[2] then return tonumber(head[2]) end
+  return nil
+end
+
+-- Tell the slot's owner (Redis pub/sub) that its earliest due time moved earlier.
+local function wake_if_earlier(channel, slot, old_head, new_min)
+  if new_min and (old_head == nil or new_min < old_head) then
+    redis.call('PUBLISH', channel, slot .. ':' .. string.format('%d', new_min))
+    return 1
+  end
+  return 0
+end
+
+-- A failed or timed-out attempt: back to the delay zset with exponential backoff, or
+-- to the dead-letter set once the job has used its max attempts.
+-- K = {delay, dead, jobs, attempts, seq, done}. Returns the new due score, -1 when the
+-- job went dead, or nil when the job is gone (acked or cancelled meanwhile).
+local function retry_or_bury(K, id, now, base_ms, cap_ms, note)
+  local v = redis.call('HGET', K.jobs, id)
+  if not v then return nil end
+  local seq, max_attempts, due, body_at = parse_envelope(v)
+  local attempt = tonumber(redis.call('HGET', K.attempts, id) or '0')
+  if attempt >= tonumber(max_attempts) then
+    redis.call('ZADD', K.dead, now, id)
+    journal(K.done, 4, attempt, now, id, note)
+    return -1
+  end
+  local backoff = base_ms * math.pow(2, math.max(attempt - 1, 0))
+  if backoff > cap_ms then backoff = cap_ms end
+  local new_seq = seq_hex(reserve_seq(K.seq, 1))
+  redis.call('HSET', K.jobs, id, new_seq .. '|' .. max_attempts .. '|' .. due .. '|' ..
+    string.sub(v, body_at))
+  local score = now + backoff
+  redis.call('ZADD', K.delay, score, new_seq .. id)
+  journal(K.done, 1, attempt, now, id, note)
+  return score
+end

@@ -1,0 +1,30 @@
+-- move: due jobs of one slot, delay zset -> ready list, in due order, at most LIMIT.
+-- KEYS[1] delay zset   KEYS[2] ready list
+-- ARGV[1] limit (max jobs moved by this call)
+-- Returns {moved, next_due_ms, now_ms, ready_length}: next_due_ms is the earliest
+-- remaining due time, now_ms when more are due already (moved == limit), or -1 when the
+-- zset is empty.
+-- "Due" is judged by the Redis server clock (TIME), never the caller's.
+--@include common
+
+local delay, ready = KEYS[1], KEYS[2]
+local limit = tonumber(ARGV[1])
+local now = now_ms()
+local members = redis.call('ZRANGEBYSCORE', delay, '-inf', now, 'LIMIT', 0, limit)
+local moved = #members
+local chunk = 500
+for i = 1, moved, chunk do
+  local last = math.min(i + chunk - 1, moved)
+  local ids = {}
+  for j = i, last do ids[#ids + 1] = string.sub(members[j], 13) end
+  redis.call('RPUSH', ready, unpack(ids))
+  redis.call('ZREM', delay, unpack(members, i, last))
+end
+local next_due = -1
+if moved == limit then
+  next_due = now
+else
+  local head = head_score(delay)
+  if head then next_due = head end
+end
+return {moved, next_due, now, redis.call('LLEN', ready)}

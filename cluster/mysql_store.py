@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.resources
+import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import aiomysql
+import pymysql
 
 from cluster.config import ConfigError, Settings
 from cluster.jobs import JobStatus, ValidJob, now_ms
@@ -167,6 +169,12 @@ class MySQLStore:
 
     async def migrate(self) -> list[str]:
         """Create databases and every shard's tables; record the layout. Idempotent."""
+        with warnings.catch_warnings():
+            # "IF NOT EXISTS" on an existing database or table is a MySQL warning.
+            warnings.simplefilter("ignore", pymysql.Warning)
+            return await self._migrate()
+
+    async def _migrate(self) -> list[str]:
         done: list[str] = []
         async with self.pool.acquire() as conn, conn.cursor() as cur:
             await cur.execute(

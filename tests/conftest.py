@@ -1,0 +1,177 @@
+"""Fixtures: the real local stack (started through `delayq services up`), and per-test
+isolation by a fresh Redis key prefix and a fresh Kafka topic.
+
+Set DELAYQ_TEST_EXTERNAL=1 to test against services already named by DELAYQ_* variables
+instead of starting the local stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import orjson
+import pytest
+import uvloop
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from cluster import services
+from cluster.client import DelayClient
+from cluster.config import Settings
+from cluster.mysql_store import MySQLStore
+from cluster.node import Node
+from cluster.redis_conn import RedisClient, connect_redis
+from cluster.scripts import Scripts
+
+TOPIC_PARTITIONS = 3
+
+
+@pytest.fixture(scope="session")
+def event_loop_policy() -> uvloop.EventLoopPolicy:
+    return uvloop.EventLoopPolicy()
+
+
+@pytest.fixture(scope="session")
+def stack_env() -> Iterator[dict[str, str]]:
+    """Start the local stack once per session (idempotent) and point DELAYQ_* at it."""
+    if os.environ.get("DELAYQ_TEST_EXTERNAL") == "1":
+        yield {}
+        return
+    services.up()
+    env = services.stack_env()
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    yield env
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+async def migrated(stack_env: dict[str, str]) -> None:
+    store = MySQLStore(Settings.from_env(), "tests")
+    await store.open(check_schema=False)
+    try:
+        await store.migrate()
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+def settings(migrated: None) -> Settings:
+    """Settings of the stack with a key prefix of this test's own."""
+    return Settings.from_env().replace(
+        key_prefix=f"t{uuid.uuid4().hex[:10]}",
+        node_id=f"test-{uuid.uuid4().hex[:6]}",
+    )
+
+
+@pytest.fixture
+async def redis(settings: Settings) -> AsyncIterator[RedisClient]:
+    client = connect_redis(settings.redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def scripts(redis: RedisClient, settings: Settings) -> Scripts:
+    from cluster.keys import KeySpace
+
+    return Scripts(redis, KeySpace(settings.key_prefix))
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[DelayClient]:
+    async with DelayClient(settings) as c:
+        yield c
+
+
+@pytest.fixture
+async def node(settings: Settings) -> AsyncIterator[Node]:
+    n = Node(settings)
+    await n.start()
+    yield n
+    await n.stop()
+
+
+@pytest.fixture
+async def topic(settings: Settings) -> str:
+    """A new Kafka topic with a few partitions."""
+    name = f"test.{uuid.uuid4().hex[:12]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, TOPIC_PARTITIONS, 1)])
+    finally:
+        await admin.close()
+    return name
+
+
+class Collector:
+    """Reads every record of a topic from the beginning, with its receive time."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        self.records: list[dict[str, object]] = []
+        self.keys: list[bytes] = []
+
+    async def start(self) -> None:
+        await self.consumer.start()
+        partitions = [TopicPartition(self.topic, p) for p in range(TOPIC_PARTITIONS)]
+        self.consumer.assign(partitions)
+        await self.consumer.seek_to_beginning(*partitions)
+
+    async def stop(self) -> None:
+        await self.consumer.stop()
+
+    async def poll(self, timeout_s: float = 0.2) -> int:
+        batch = await self.consumer.getmany(timeout_ms=int(timeout_s * 1000))
+        received_ms = time.time() * 1000
+        count = 0
+        for messages in batch.values():
+            for message in messages:
+                record = orjson.loads(message.value)
+                record["received_ms"] = received_ms
+                self.records.append(record)
+                self.keys.append(message.key)
+                count += 1
+        return count
+
+    async def until(self, count: int, timeout_s: float) -> list[dict[str, object]]:
+        """Poll until `count` records arrived or timeout_s passed; returns all records."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.records) < count and time.monotonic() < deadline:
+            await self.poll()
+        return self.records
+
+    async def quiet_for(self, seconds: float) -> list[dict[str, object]]:
+        """Keep polling for `seconds` (to catch records that should not come)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            await self.poll(min(0.2, max(deadline - time.monotonic(), 0.01)))
+        return self.records
+
+
+@pytest.fixture
+async def collector(settings: Settings, topic: str) -> AsyncIterator[Collector]:
+    c = Collector(settings.kafka_bootstrap, topic)
+    await c.start()
+    yield c
+    await c.stop()
+
+
+async def wait_for(predicate: object, timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Poll an async predicate until true or timeout; returns its last value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = await predicate()  # type: ignore[operator]
+        if result or time.monotonic() >= deadline:
+            return bool(result)
+        await asyncio.sleep(interval_s)

@@ -1,0 +1,318 @@
+"""Each Lua script on its own, against a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cluster.envelope import fire_of, make_tail
+from cluster.jobs import now_ms
+from cluster.keys import KeySpace
+from cluster.redis_conn import RedisClient
+from cluster.scripts import NewJob, Scripts
+
+SLOT = 3
+HOUR_MS = 3600_000
+
+
+def job(job_id: str, due_ms: int, max_attempts: int = 16) -> NewJob:
+    tail = make_tail(job_id, "topic.a", None, None, b'{"n":1}')
+    return NewJob(job_id, due_ms, max_attempts, tail)
+
+
+@pytest.fixture
+def k(scripts: Scripts) -> KeySpace:
+    return scripts.keys
+
+
+async def ready_ids(redis: RedisClient, k: KeySpace) -> list[bytes]:
+    return list(await redis.lrange(k.slot(SLOT).ready, 0, -1))
+
+
+# ----- add --------------------------------------------------------------------------------
+
+
+async def test_add_stores_member_and_envelope(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    due = now_ms() + HOUR_MS
+    woke, statuses = await scripts.add(SLOT, [job("a", due)])
+    assert statuses == [1]
+    assert woke
+    members = await redis.zrange(k.slot(SLOT).delay, 0, -1, withscores=True)
+    assert len(members) == 1
+    member, score = members[0]
+    assert member.endswith(b"a") and len(member) == 13
+    assert score == due
+    envelope = await redis.hget(k.slot(SLOT).jobs, "a")
+    assert envelope.startswith(member[:12] + b"|16|%d|" % due)
+
+
+async def test_add_same_id_twice_is_one_job(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    due = now_ms() + HOUR_MS
+    await scripts.add(SLOT, [job("a", due)])
+    woke, statuses = await scripts.add(SLOT, [job("a", due - 1000)])
+    assert statuses == [0]
+    assert not woke
+    assert await redis.zcard(k.slot(SLOT).delay) == 1
+    assert await redis.zscore(k.slot(SLOT).delay, (await redis.zrange(
+        k.slot(SLOT).delay, 0, 0))[0]) == due
+
+
+async def test_add_wakes_only_when_earliest_moves_earlier(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(k.wake_channel)
+    await pubsub.get_message(timeout=1)  # the subscribe confirmation
+    base = now_ms() + HOUR_MS
+    assert (await scripts.add(SLOT, [job("a", base)]))[0]
+    assert not (await scripts.add(SLOT, [job("b", base + 5)]))[0]
+    assert (await scripts.add(SLOT, [job("c", base - 5)]))[0]
+    messages = []
+    for _ in range(5):
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+        if message:
+            messages.append(message["data"])
+    await pubsub.aclose()
+    assert messages == [b"%d:%d" % (SLOT, base), b"%d:%d" % (SLOT, base - 5)]
+
+
+async def test_add_refuses_a_tombstoned_or_just_fired_job(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    assert await scripts.cancel(SLOT, "gone", HOUR_MS) == 0  # leaves a tombstone
+    await redis.hset(k.slot(SLOT).acked, "fired", 1)
+    _, statuses = await scripts.add(SLOT, [job("gone", now_ms()), job("fired", now_ms())])
+    assert statuses == [-1, -1]
+    assert await redis.zcard(k.slot(SLOT).delay) == 0
+
+
+async def test_add_in_chunks(scripts: Scripts, redis: RedisClient, k: KeySpace) -> None:
+    due = now_ms() + HOUR_MS
+    _, statuses = await scripts.add(SLOT, [job(f"j{i}", due + i) for i in range(1234)])
+    assert statuses == [1] * 1234
+    assert await redis.zcard(k.slot(SLOT).delay) == 1234
+
+
+# ----- move -------------------------------------------------------------------------------
+
+
+async def test_move_takes_only_due_jobs_and_reports_next(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    now = now_ms()
+    await scripts.add(SLOT, [job("past", now - 1000), job("future", now + HOUR_MS)])
+    result = await scripts.move(SLOT, 100)
+    assert result.moved == 1
+    assert result.next_due_ms == now + HOUR_MS
+    assert result.ready == 1
+    assert abs(result.now_ms - now) < 60_000  # Redis TIME, same machine
+    assert await ready_ids(redis, k) == [b"past"]
+
+
+async def test_move_keeps_schedule_order_within_one_millisecond(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    due = now_ms() - 10
+    # Ids chosen so that their lexical order is the reverse of the schedule order.
+    ids = [f"z{9 - i}" for i in range(10)]
+    for job_id in ids[:5]:
+        await scripts.add(SLOT, [job(job_id, due)])
+    await scripts.add(SLOT, [job(job_id, due) for job_id in ids[5:]])
+    await scripts.move(SLOT, 100)
+    assert await ready_ids(redis, k) == [i.encode() for i in ids]
+
+
+async def test_move_is_bounded_by_its_limit(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    due = now_ms() - 1000
+    await scripts.add(SLOT, [job(f"j{i:04d}", due + i % 7) for i in range(2500)])
+    first = await scripts.move(SLOT, 1000)
+    assert first.moved == 1000
+    assert first.next_due_ms == first.now_ms  # more are due already
+    second = await scripts.move(SLOT, 1000)
+    third = await scripts.move(SLOT, 1000)
+    assert (second.moved, third.moved) == (1000, 500)
+    assert third.next_due_ms == -1
+    assert await redis.llen(k.slot(SLOT).ready) == 2500
+
+
+# ----- claim / ack ------------------------------------------------------------------------
+
+
+async def test_claim_puts_jobs_in_flight_with_deadline_and_attempt(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    await scripts.add(SLOT, [job("a", now_ms() - 5), job("b", now_ms() - 5)])
+    await scripts.move(SLOT, 100)
+    now, claimed = await scripts.claim(SLOT, 1, 30_000)
+    assert [c.job_id for c in claimed] == [b"a"]
+    assert claimed[0].attempt == 1
+    assert await redis.zscore(k.slot(SLOT).inflight, "a") == now + 30_000
+    assert await ready_ids(redis, k) == [b"b"]
+    fire = fire_of(claimed[0].envelope, claimed[0].attempt, now)
+    assert fire.topic == "topic.a" and fire.key == b"a"
+
+
+async def test_claim_drops_ids_whose_job_is_gone(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    await redis.rpush(k.slot(SLOT).ready, "ghost")
+    _, claimed = await scripts.claim(SLOT, 10, 30_000)
+    assert claimed == []
+    assert await redis.zcard(k.slot(SLOT).inflight) == 0
+
+
+async def test_ack_forgets_the_job_and_journals_it(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    await scripts.add(SLOT, [job("a", now_ms() - 5)])
+    await scripts.move(SLOT, 100)
+    await scripts.claim(SLOT, 10, 30_000)
+    assert await scripts.ack(SLOT, [b"a"]) == 1
+    assert await scripts.ack(SLOT, [b"a"]) == 0
+    s = k.slot(SLOT)
+    assert await redis.zcard(s.inflight) == 0
+    assert await redis.hlen(s.jobs) == 0
+    assert await redis.hlen(s.attempts) == 0
+    assert await redis.hget(s.acked, "a") == b"1"
+    [entry] = await scripts.read_journal(SLOT, 10)
+    assert entry.startswith(b"2|1|") and entry.endswith(b"|1|a")
+
+
+# ----- nack / reap ------------------------------------------------------------------------
+
+
+async def test_nack_retries_with_backoff_then_buries(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    s = k.slot(SLOT)
+    await scripts.add(SLOT, [job("a", now_ms() - 5, max_attempts=2)])
+    await scripts.move(SLOT, 100)
+    now, _ = await scripts.claim(SLOT, 10, 30_000)
+    retry = await scripts.nack(SLOT, [b"a"], "broker down", 1000, 60_000)
+    assert (retry.retried, retry.dead) == (1, 0)
+    assert retry.earliest_due_ms >= now + 1000
+    [member] = await redis.zrange(s.delay, 0, -1)
+    assert member.endswith(b"a")
+    # Second attempt fails too: max_attempts=2 is used up.
+    await redis.zadd(s.delay, {member: now - 1})
+    await scripts.move(SLOT, 100)
+    _, claimed = await scripts.claim(SLOT, 10, 30_000)
+    assert claimed[0].attempt == 2
+    buried = await scripts.nack(SLOT, [b"a"], "still down", 1000, 60_000)
+    assert (buried.retried, buried.dead) == (0, 1)
+    assert await redis.zscore(s.dead, "a") is not None
+    assert await redis.hexists(s.jobs, "a")  # kept for inspection and replay
+    entries = await scripts.read_journal(SLOT, 10)
+    assert entries[0].startswith(b"1|1|") and entries[0].endswith(b"abroker down")
+    assert entries[1].startswith(b"4|2|") and entries[1].endswith(b"astill down")
+
+
+async def test_nack_skips_jobs_no_longer_in_flight(scripts: Scripts) -> None:
+    retry = await scripts.nack(SLOT, [b"nobody"], "x", 1000, 60_000)
+    assert (retry.retried, retry.dead, retry.earliest_due_ms) == (0, 0, -1)
+
+
+async def test_reap_returns_only_expired_in_flight_jobs(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    s = k.slot(SLOT)
+    await scripts.add(SLOT, [job("old", now_ms() - 5), job("young", now_ms() - 5)])
+    await scripts.move(SLOT, 100)
+    await scripts.claim(SLOT, 1, 0)  # "old": deadline is now
+    await scripts.claim(SLOT, 1, HOUR_MS)  # "young": deadline in an hour
+    await asyncio.sleep(0.01)
+    result = await scripts.reap(SLOT, 100, 1000, 60_000)
+    assert (result.retried, result.dead, result.more) == (1, 0, False)
+    assert await redis.zrange(s.inflight, 0, -1) == [b"young"]
+    [member] = await redis.zrange(s.delay, 0, -1)
+    assert member.endswith(b"old")
+
+
+# ----- cancel / reschedule ----------------------------------------------------------------
+
+
+async def test_cancel_in_each_state(scripts: Scripts, redis: RedisClient, k: KeySpace) -> None:
+    s = k.slot(SLOT)
+    now = now_ms()
+    await scripts.add(SLOT, [job("waiting", now + HOUR_MS), job("ready", now - 5),
+                             job("flying", now - 4)])
+    await scripts.move(SLOT, 100)
+    await redis.lrem(s.ready, 0, "flying")
+    await redis.lpush(s.ready, "flying")
+    await scripts.claim(SLOT, 1, HOUR_MS)
+    assert await scripts.cancel(SLOT, "waiting", HOUR_MS) == 1
+    assert await scripts.cancel(SLOT, "ready", HOUR_MS) == 1
+    assert await scripts.cancel(SLOT, "flying", HOUR_MS) == -2
+    assert await scripts.cancel(SLOT, "nobody", HOUR_MS) == 0
+    assert await redis.zcard(s.delay) == 0
+    assert await ready_ids(redis, k) == []
+    assert await redis.hkeys(s.jobs) == [b"flying"]
+    await redis.hset(s.acked, "done", 1)
+    assert await scripts.cancel(SLOT, "done", HOUR_MS) == -4
+
+
+async def test_cancel_of_dead_job_is_refused(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    await scripts.add(SLOT, [job("a", now_ms() - 5, max_attempts=1)])
+    await scripts.move(SLOT, 10)
+    await scripts.claim(SLOT, 10, 30_000)
+    await scripts.nack(SLOT, [b"a"], "bad", 1000, 60_000)
+    assert await scripts.cancel(SLOT, "a", HOUR_MS) == -3
+
+
+async def test_reschedule_moves_due_time_and_wakes(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    s = k.slot(SLOT)
+    now = now_ms()
+    await scripts.add(SLOT, [job("a", now + HOUR_MS), job("b", now + 2 * HOUR_MS)])
+    status, woke = await scripts.reschedule(SLOT, "b", now + 60_000)
+    assert (status, woke) == (1, True)
+    scores = {m[12:]: sc for m, sc in await redis.zrange(s.delay, 0, -1, withscores=True)}
+    assert scores == {b"b": now + 60_000, b"a": now + HOUR_MS}
+    envelope = await redis.hget(s.jobs, "b")
+    assert b"|%d|" % (now + 60_000) in envelope
+    status, woke = await scripts.reschedule(SLOT, "a", now + 3 * HOUR_MS)
+    assert (status, woke) == (1, False)
+    assert (await scripts.reschedule(SLOT, "nobody", now))[0] == 0
+
+
+async def test_reschedule_pulls_a_ready_job_back(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    await scripts.add(SLOT, [job("a", now_ms() - 5)])
+    await scripts.move(SLOT, 10)
+    status, _ = await scripts.reschedule(SLOT, "a", now_ms() + HOUR_MS)
+    assert status == 1
+    assert await ready_ids(redis, k) == []
+    assert await redis.zcard(k.slot(SLOT).delay) == 1
+    await scripts.reschedule(SLOT, "a", now_ms() - 5)
+    await scripts.move(SLOT, 10)
+    await scripts.claim(SLOT, 10, HOUR_MS)
+    assert (await scripts.reschedule(SLOT, "a", now_ms()))[0] == -2
+
+
+# ----- journal ------------------------------------------------------------------------------
+
+
+async def test_trim_journal_drops_recorded_entries_and_fired_markers(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    s = k.slot(SLOT)
+    await scripts.add(SLOT, [job(f"j{i}", now_ms() - 5) for i in range(3)])
+    await scripts.move(SLOT, 10)
+    await scripts.claim(SLOT, 10, HOUR_MS)
+    await scripts.ack(SLOT, [b"j0", b"j1", b"j2"])
+    assert len(await scripts.read_journal(SLOT, 2)) == 2
+    await scripts.trim_journal(SLOT, 2, ["j0", "j1"])
+    assert await redis.hkeys(s.acked) == [b"j2"]
+    [entry] = await scripts.read_journal(SLOT, 10)
+    assert entry.endswith(b"j2")

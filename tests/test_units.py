@@ -1,0 +1,155 @@
+"""Pure logic of config, envelope, keys, journal entries and the scanner."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import orjson
+import pytest
+
+from actors.base import SlotQueue
+from actors.recorder import parse_entry
+from actors.scanner import SlotScanner
+from cluster.config import ConfigError, Settings
+from cluster.envelope import fire_of, make_tail, record_of
+from cluster.jobs import JobStatus
+from cluster.keys import KeySpace, shard_of, slot_of
+from cluster.ownership import StaticOwnership
+
+# ----- config -------------------------------------------------------------------------------
+
+
+def test_env_overrides_toml_overrides_defaults(tmp_path: Path) -> None:
+    toml = tmp_path / "delayq.toml"
+    toml.write_text('slots = 64\nkey_prefix = "fromfile"\nmax_delay_s = 60\n')
+    settings = Settings.from_env(
+        {"DELAYQ_CONFIG": str(toml), "DELAYQ_SLOTS": "128", "DELAYQ_KAFKA_IDEMPOTENCE": "false"}
+    )
+    assert settings.slots == 128
+    assert settings.key_prefix == "fromfile"
+    assert settings.max_delay_s == 60.0
+    assert settings.kafka_idempotence is False
+    assert Settings.from_env({}).kafka_idempotence is True
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"DELAYQ_SLOTS": "12"}, "power of two"),
+        ({"DELAYQ_SLOTS": "many"}, "not a valid int"),
+        ({"DELAYQ_KAFKA_IDEMPOTENCE": "maybe"}, "not a valid bool"),
+        ({"DELAYQ_CLAIM_BATCH": "0"}, "claim_batch"),
+        ({"DELAYQ_INFLIGHT_TIMEOUT_MS": "1000"}, "longer than kafka_request_timeout_ms"),
+        ({"DELAYQ_KEY_PREFIX": "a{b}"}, "braces"),
+        ({"DELAYQ_CONFIG": "/nonexistent/delayq.toml"}, "not found"),
+    ],
+)
+def test_bad_settings(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Settings.from_env(env)
+
+
+def test_toml_rejects_unknown_and_mistyped(tmp_path: Path) -> None:
+    toml = tmp_path / "delayq.toml"
+    toml.write_text("slotz = 4\n")
+    with pytest.raises(ConfigError, match="unknown setting"):
+        Settings.from_env({"DELAYQ_CONFIG": str(toml)})
+    toml.write_text('slots = "4"\n')
+    with pytest.raises(ConfigError, match="must be int"):
+        Settings.from_env({"DELAYQ_CONFIG": str(toml)})
+
+
+# ----- keys and envelope ------------------------------------------------------------------
+
+
+def test_slot_keys_share_one_hash_tag() -> None:
+    keys = KeySpace("dq").slot(7)
+    names = [keys.delay, keys.ready, keys.inflight, keys.dead, keys.jobs, keys.attempts,
+             keys.tomb, keys.seq, keys.done, keys.acked]
+    assert all(name.startswith("{dq:7}:") for name in names)
+    assert len(set(names)) == len(names)
+
+
+def test_slot_and_shard_are_stable_and_in_range() -> None:
+    assert slot_of("order-1", 16) == slot_of("order-1", 16)
+    assert {slot_of(f"j{i}", 16) for i in range(1000)} == set(range(16))
+    shards = {shard_of(f"j{i}", 2, 4) for i in range(1000)}
+    assert shards == {(d, t) for d in range(2) for t in range(4)}
+
+
+def test_fire_splices_record_without_parsing_payload() -> None:
+    tail = make_tail("j|1", "orders", "biz|9", "close", b'{"a":[1,"|"]}')
+    envelope = b"00000000002a|16|1700000000123|" + tail
+    fire = fire_of(envelope, 3, 1700000000130)
+    assert fire.topic == "orders"
+    assert fire.key == b"biz|9"
+    assert orjson.loads(fire.value) == {
+        "job_id": "j|1", "topic": "orders", "biz_id": "biz|9", "biz_type": "close",
+        "payload": {"a": [1, "|"]}, "due_ms": 1700000000123, "fired_ms": 1700000000130,
+        "attempt": 3,
+    }
+    assert record_of(envelope)["due_ms"] == 1700000000123
+
+
+def test_key_defaults_to_job_id() -> None:
+    envelope = b"000000000001|16|5|" + make_tail("job-7", "t", None, None, b"null")
+    assert fire_of(envelope, 1, 6).key == b"job-7"
+
+
+def test_journal_entry_with_odd_id_and_note() -> None:
+    job_id = "id|with|bars ✓"
+    raw = job_id.encode()
+    entry = b"4|16|1700000000000|%d|%sKafkaTimeoutError: |x|" % (len(raw), raw)
+    outcome = parse_entry(entry, 5)
+    assert outcome.job_id == job_id
+    assert outcome.status == JobStatus.DEAD
+    assert outcome.attempt == 16
+    assert outcome.note == "KafkaTimeoutError: |x|"
+    assert outcome.slot == 5
+
+
+# ----- slot queue and scanner -------------------------------------------------------------
+
+
+async def test_slot_queue_holds_each_slot_once() -> None:
+    queue = SlotQueue(4)
+    for slot in (1, 2, 1, 1, 3):
+        await queue.put(slot)
+    assert [await queue.get() for _ in range(queue.qsize())] == [1, 2, 3]
+    await queue.put(1)
+    assert await queue.get() == 1
+
+
+async def test_scanner_sends_a_slot_when_due_and_keeps_earlier_wakes() -> None:
+    queue = SlotQueue(16)
+    scanner = SlotScanner(StaticOwnership(4), queue, safety_wake_ms=3_600_000)
+    task = asyncio.create_task(scanner.run())
+    # The first pass is the safety wake: every slot goes to the mover once.
+    first = sorted([await asyncio.wait_for(queue.get(), 1) for _ in range(4)])
+    assert first == [0, 1, 2, 3]
+    now = int(scanner.redis_now_ms())
+    scanner.report(0, now + 3_600_000, now)  # far away
+    scanner.report(1, -1, now)  # empty
+    scanner.report(2, now + 3_600_000, now)
+    scanner.report(3, now + 3_600_000, now)
+    scanner.wake(2, now + 30)  # an earlier job arrived in slot 2
+    assert await asyncio.wait_for(queue.get(), 1) == 2
+    assert queue.qsize() == 0
+    scanner.wake(3, now + 10_000_000)  # later than known: changes nothing
+    scanner.stop()
+    await asyncio.wait_for(task, 1)
+    assert queue.qsize() == 0
+
+
+async def test_scanner_keeps_a_wake_that_arrives_during_a_move() -> None:
+    queue = SlotQueue(16)
+    scanner = SlotScanner(StaticOwnership(1), queue, safety_wake_ms=3_600_000)
+    task = asyncio.create_task(scanner.run())
+    assert await asyncio.wait_for(queue.get(), 1) == 0  # a move of slot 0 is on its way
+    now = int(scanner.redis_now_ms())
+    scanner.wake(0, now)  # a job became due while the move runs
+    scanner.report(0, now + 3_600_000, now)  # the move did not see it
+    assert await asyncio.wait_for(queue.get(), 1) == 0
+    scanner.stop()
+    await asyncio.wait_for(task, 1)

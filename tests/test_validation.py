@@ -1,0 +1,136 @@
+"""Input validation: pure logic, no services."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import orjson
+import pytest
+
+from cluster.config import Settings
+from cluster.jobs import InvalidJob, Job, validate, validate_job
+
+SETTINGS = Settings(payload_max_bytes=1000, max_delay_s=3600.0)
+NOW = 1_800_000_000_000
+
+
+def ok(**overrides: object) -> dict[str, object]:
+    fields: dict[str, object] = {
+        "topic": "orders.close", "payload": {"order": 1}, "delay": 10.0, "at": None,
+        "job_id": None, "biz_id": None, "biz_type": None, "max_attempts": None,
+    }
+    fields.update(overrides)
+    return fields
+
+
+def check(**overrides: object) -> object:
+    return validate(settings=SETTINGS, now=NOW, **ok(**overrides))
+
+
+def test_valid_job_gets_due_time_and_defaults() -> None:
+    job = check(delay=1.5, biz_id="o-1")
+    assert job.due_ms == NOW + 1500  # type: ignore[attr-defined]
+    assert job.max_attempts == 16  # type: ignore[attr-defined]
+    assert len(job.job_id) == 32  # type: ignore[attr-defined]
+    assert job.payload_json == b'{"order":1}'  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "topic", ["", "a b", "ä", "x" * 250, ".", "..", "a/b", None, 5, b"bytes"]
+)
+def test_bad_topics(topic: object) -> None:
+    with pytest.raises(InvalidJob, match="topic"):
+        check(topic=topic)
+
+
+@pytest.mark.parametrize("topic", ["a", "A.b-c_d", "x" * 249, "..."])
+def test_good_topics(topic: str) -> None:
+    check(topic=topic)
+
+
+@pytest.mark.parametrize(
+    ("delay", "at", "message"),
+    [
+        (None, None, "exactly one"),
+        (1.0, 1.0, "exactly one"),
+        (math.nan, None, "finite"),
+        (math.inf, None, "finite"),
+        (-1.0, None, ">= 0"),
+        ("10", None, "number"),
+        (True, None, "number"),
+        (3601.0, None, "max_delay_s"),
+        (None, dt.datetime(2030, 1, 1), "timezone-aware"),
+        (None, -5, "epoch seconds"),
+        (None, math.nan, "finite"),
+        (None, "tomorrow", "number"),
+        (None, NOW / 1000 + 7200, "max_delay_s"),
+    ],
+)
+def test_bad_times(delay: object, at: object, message: str) -> None:
+    with pytest.raises(InvalidJob, match=message):
+        check(delay=delay, at=at)
+
+
+def test_at_forms_agree() -> None:
+    aware = dt.datetime.fromtimestamp(NOW / 1000 + 60, dt.UTC)
+    by_datetime = check(delay=None, at=aware)
+    by_epoch = check(delay=None, at=NOW / 1000 + 60)
+    assert by_datetime.due_ms == by_epoch.due_ms == NOW + 60_000  # type: ignore[attr-defined]
+
+
+def test_past_due_time_is_accepted() -> None:
+    assert check(delay=None, at=(NOW - 5000) / 1000).due_ms == NOW - 5000  # type: ignore
+
+
+def test_payload_limits() -> None:
+    with pytest.raises(InvalidJob, match="payload_max_bytes"):
+        check(payload="x" * 1000)
+    with pytest.raises(InvalidJob, match="JSON-serialisable"):
+        check(payload={"when": object()})
+    with pytest.raises(InvalidJob, match="JSON-serialisable"):
+        check(payload={1: "non-string key"})
+
+
+def test_payload_is_kept_verbatim() -> None:
+    payload = {"s": "'; DROP TABLE job_0000; --", "lua": "redis.call('FLUSHALL')",
+               "u": "日本語 ✓", "n": [1, 2.5, None, True]}
+    job = check(payload=payload)
+    assert orjson.loads(job.payload_json) == payload  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("job_id", "", "job_id"),
+        ("job_id", "x" * 201, "job_id"),
+        ("job_id", "a\nb", "control"),
+        ("job_id", 42, "job_id must be a str"),
+        ("biz_id", 42, "biz_id must be a str"),
+        ("biz_id", "", "biz_id"),
+        ("biz_type", "t" * 65, "biz_type"),
+        ("max_attempts", 0, "max_attempts"),
+        ("max_attempts", 1001, "max_attempts"),
+        ("max_attempts", 2.0, "max_attempts"),
+        ("max_attempts", True, "max_attempts"),
+    ],
+)
+def test_bad_fields(field: str, value: object, message: str) -> None:
+    with pytest.raises(InvalidJob, match=message):
+        check(**{field: value})
+
+
+def test_unicode_and_long_ids_are_accepted() -> None:
+    job = check(job_id="订单-" + "x" * 197, biz_id="'; SELECT 1; --")
+    assert len(job.job_id) == 200  # type: ignore[attr-defined]
+
+
+def test_schedule_many_entries() -> None:
+    validate_job(Job("t", 1, delay=1), SETTINGS, NOW)
+    validate_job({"topic": "t", "payload": 1, "delay": 1}, SETTINGS, NOW)
+    with pytest.raises(InvalidJob, match="unknown job keys"):
+        validate_job({"topic": "t", "payload": 1, "delay": 1, "color": "red"}, SETTINGS, NOW)
+    with pytest.raises(InvalidJob, match="needs 'topic' and 'payload'"):
+        validate_job({"topic": "t", "delay": 1}, SETTINGS, NOW)
+    with pytest.raises(InvalidJob, match="Job or a dict"):
+        validate_job(["t", 1], SETTINGS, NOW)  # type: ignore[arg-type]

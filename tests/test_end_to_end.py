@@ -1,0 +1,91 @@
+"""schedule → node → Kafka, with a node running in this process."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from cluster.client import DelayClient, Job, JobStatus
+from cluster.node import Node
+from tests.conftest import Collector, wait_for
+
+
+async def test_job_fires_to_kafka_with_its_record(
+    client: DelayClient, node: Node, topic: str, collector: Collector
+) -> None:
+    job_id = await client.schedule(topic, {"order": 42, "text": "日本"}, delay=0.3,
+                                   biz_id="order-42", biz_type="close")
+    [record] = await collector.until(1, timeout_s=30)
+    assert collector.keys == [b"order-42"]
+    assert record["job_id"] == job_id
+    assert record["topic"] == topic
+    assert record["biz_id"] == "order-42" and record["biz_type"] == "close"
+    assert record["payload"] == {"order": 42, "text": "日本"}
+    assert record["attempt"] == 1
+    assert record["fired_ms"] >= record["due_ms"]  # type: ignore[operator]
+    assert record["received_ms"] >= record["due_ms"]  # type: ignore[operator]
+
+    async def recorded() -> bool:
+        got = await client.get(job_id)
+        return got is not None and got.status == JobStatus.FIRED
+
+    assert await wait_for(recorded, timeout_s=10)
+    history = await client.mysql.history(job_id)
+    assert [(h["status"], h["node"]) for h in history] == [(2, node.settings.node_id)]
+
+
+async def test_past_due_time_fires_at_once(
+    client: DelayClient, node: Node, topic: str, collector: Collector
+) -> None:
+    job_id = await client.schedule(topic, "late", at=1_000_000_000)
+    [record] = await collector.until(1, timeout_s=30)
+    assert record["job_id"] == job_id
+
+
+async def test_cancelled_job_never_fires(
+    client: DelayClient, node: Node, topic: str, collector: Collector
+) -> None:
+    keep = await client.schedule(topic, "keep", delay=1.0)
+    drop = await client.schedule(topic, "drop", delay=0.8)
+    assert await client.cancel(drop) is True
+    await collector.until(1, timeout_s=30)
+    await collector.quiet_for(1.0)
+    assert [r["job_id"] for r in collector.records] == [keep]
+    assert await client.cancel(keep) is False  # already fired
+
+
+async def test_reschedule_moves_the_fire_time(
+    client: DelayClient, node: Node, topic: str, collector: Collector
+) -> None:
+    sooner = await client.schedule(topic, "sooner", delay=3600)
+    later = await client.schedule(topic, "later", delay=0.5)
+    assert await client.reschedule(sooner, delay=0.5) is True
+    assert await client.reschedule(later, delay=3600) is True
+    await collector.until(1, timeout_s=30)
+    await collector.quiet_for(1.0)
+    assert [r["job_id"] for r in collector.records] == [sooner]
+    record = await client.get(later)
+    assert record is not None and record.status == JobStatus.PENDING
+
+
+async def test_ten_thousand_jobs_fire_exactly_once_and_never_early(
+    client: DelayClient, node: Node, topic: str, collector: Collector
+) -> None:
+    rng = random.Random(7)
+    jobs = [Job(topic, {"i": i}, delay=rng.uniform(0.5, 4.0)) for i in range(10_000)]
+    ids: list[str] = []
+    for start in range(0, len(jobs), 2000):
+        ids += await client.schedule_many(jobs[start : start + 2000])
+    records = await collector.until(10_000, timeout_s=120)
+    await collector.quiet_for(0.5)
+    fired = Counter(str(r["job_id"]) for r in records)
+    assert set(fired) == set(ids)
+    assert max(fired.values()) == 1
+    early = [r for r in records if r["fired_ms"] < r["due_ms"]]  # type: ignore[operator]
+    assert early == []
+
+    async def all_recorded() -> bool:
+        rows = await client.mysql.get_many(ids)
+        return all(row.status == JobStatus.FIRED for row in rows.values())
+
+    assert await wait_for(all_recorded, timeout_s=60, interval_s=0.5)

@@ -118,7 +118,9 @@ class Collector:
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.topic = topic
-        self.consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=5
+        )
         self.records: list[dict[str, object]] = []
         self.keys: list[bytes] = []
 

@@ -1,0 +1,43 @@
+# delayq developer commands. Everything runs from a virtualenv in .venv.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: install services migrate lint test test-fast demo bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+# Start the local stack (installs Redis, MariaDB and ZooKeeper with apt when missing).
+services: install
+	$(BIN)/delayq services up
+
+migrate: services
+	eval "$$($(BIN)/delayq services env)" && $(BIN)/delayq db migrate
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+# The whole suite against the real local stack, which the tests start themselves.
+test: lint
+	$(BIN)/pytest -q -p no:cacheprovider
+
+# The suite without the node-process (kill/restart) tests.
+test-fast: install
+	$(BIN)/pytest -q -m "not slow"
+
+demo: migrate
+	eval "$$($(BIN)/delayq services env)" && $(BIN)/python examples/demo.py
+
+# The first benchmark: 100,000 jobs due over 10 s (see docs/benchmarks.md).
+bench: migrate
+	eval "$$($(BIN)/delayq services env)" && $(BIN)/python benchmarks/fire_bench.py --jobs 100000 --window 10
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,44 @@
+"""A downstream consumer of fired jobs: the business logic lives here, not in delayq.
+
+    python examples/consumer.py orders.close
+
+Each record's value is JSON: job_id, topic, biz_id, biz_type, due_ms, fired_ms, attempt,
+payload. delayq delivers at least once; after a crash a job may arrive twice, so make
+the handler idempotent (keyed by job_id), or remember handled job_ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+import orjson
+from aiokafka import AIOKafkaConsumer
+
+
+async def handle(job: dict[str, object]) -> None:
+    late_ms = time.time() * 1000 - float(job["due_ms"])  # type: ignore[arg-type]
+    print(f"{job['biz_type']} {job['biz_id']}: {job['payload']} (late {late_ms:.1f} ms)")
+
+
+async def main(topic: str) -> None:
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=os.environ.get("DELAYQ_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+        group_id=f"{topic}.handlers",
+        enable_auto_commit=False,  # commit only after the handler succeeded
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    try:
+        async for message in consumer:
+            await handle(orjson.loads(message.value))
+            await consumer.commit()
+    finally:
+        await consumer.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "orders.close"))

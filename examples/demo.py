@@ -28,7 +28,7 @@ PARTITIONS = 3
 
 
 async def start_node(log_path: str) -> subprocess.Popen[bytes]:
-    log = open(log_path, "wb")  # noqa: SIM115 - the node writes to it until stopped
+    log = open(log_path, "wb")  # the node writes to it until stopped
     node = subprocess.Popen([sys.executable, "-m", "cluster.cli", "node"],
                             stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60

@@ -47,8 +47,27 @@ class SlotQueue:
         self._waiting.discard(slot)
         return slot
 
+    def get_waiting(self) -> list[int]:
+        """Every slot waiting right now, without blocking (maybe none)."""
+        slots = []
+        while not self._queue.empty():
+            slot = self._queue.get_nowait()
+            self._waiting.discard(slot)
+            slots.append(slot)
+        return slots
+
     def qsize(self) -> int:
         return self._queue.qsize()
+
+
+async def batch_or_stop(queue: SlotQueue, stopping: asyncio.Event) -> list[int] | None:
+    """Every slot waiting in queue (waiting for the first one), or None once `stopping`
+    is set. Work that piled up while the caller was busy is taken in one go, so the
+    caller can serve many slots with one round trip: batches grow with load."""
+    first = await next_or_stop(queue, stopping)
+    if first is None:
+        return None
+    return [first, *queue.get_waiting()]
 
 
 async def next_or_stop(queue: SlotQueue, stopping: asyncio.Event) -> int | None:

@@ -1,8 +1,10 @@
 """dispatcher: claims ready jobs, publishes them to Kafka, then acks them in Redis.
 
-Per batch: one claim script call (ready → in-flight with a deadline), one Kafka send
-per job (acks=all; records are batched by the producer), then one ack script call for
-the published jobs and one nack call per distinct error for the rest. The ack journals
+Per round: one claim script run per slot waiting for dispatch (ready → in-flight with
+a deadline; all slots in one pipelined round trip), one Kafka send per job (acks=all;
+the producer batches records), then, once the broker has answered, one ack run per
+slot for the published jobs (again one round trip) and one nack run per slot and
+distinct error for the rest. The ack journals
 "fired" for the recorder, which marks the MySQL rows. A crash anywhere in between
 leaves the jobs in flight; the retry-reaper returns them after their deadline, so a
 crash can cause a duplicate, never a loss.
@@ -13,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
 
-from actors.base import SlotQueue, next_or_stop
+from actors.base import SlotQueue, batch_or_stop
 from actors.scanner import SlotScanner
 from cluster.config import Settings
 from cluster.envelope import fire_of
@@ -26,6 +29,14 @@ from cluster.scripts import Claimed, Scripts
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_ERROR_S = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A job handed to the producer, and the future of its broker acknowledgement."""
+
+    job_id: bytes
+    future: asyncio.Future[object]
 
 
 class Dispatcher:
@@ -39,7 +50,6 @@ class Dispatcher:
         ownership: StaticOwnership,
         scanner: SlotScanner,
         inbox: SlotQueue,
-        recorder_queue: SlotQueue,
     ) -> None:
         self.settings = settings
         self.scripts = scripts
@@ -47,7 +57,6 @@ class Dispatcher:
         self.ownership = ownership
         self.scanner = scanner
         self.inbox = inbox
-        self.recorder_queue = recorder_queue
         self.fired_total = 0
         self.failed_total = 0
         self._stopping = asyncio.Event()
@@ -56,58 +65,84 @@ class Dispatcher:
         self._stopping.set()
 
     async def run(self) -> None:
+        """Claim and send, slot batch after slot batch; a separate task per round waits
+        for the broker and acks, so claiming never waits on Kafka round trips. At most
+        dispatch_concurrency rounds await the broker at once (backpressure)."""
         self._stopping.clear()
-        async with asyncio.TaskGroup() as group:
-            for _ in range(self.settings.dispatch_concurrency):
-                group.create_task(self._work())
+        in_flight = asyncio.Semaphore(self.settings.dispatch_concurrency)
+        # Leaving the TaskGroup waits for every round already sent: a clean stop
+        # finishes what it claimed.
+        async with asyncio.TaskGroup() as rounds:
+            while (slots := await batch_or_stop(self.inbox, self._stopping)) is not None:
+                slots = [slot for slot in slots if self.ownership.owns(slot)]
+                if not slots:
+                    continue
+                await in_flight.acquire()
+                try:
+                    sent, more = await self._claim_and_send(slots)
+                except Exception as exc:
+                    in_flight.release()
+                    log.warning("claiming from %d slot(s) failed: %s", len(slots), exc)
+                    await asyncio.sleep(RETRY_AFTER_ERROR_S)
+                    more, sent = slots, {}
+                if sent:
+                    rounds.create_task(self._finish(sent, in_flight))
+                else:
+                    in_flight.release()
+                for slot in more:
+                    await self.inbox.put(slot)
 
-    async def _work(self) -> None:
-        # A batch in progress is finished even when stop() comes: its jobs are claimed.
-        while (slot := await next_or_stop(self.inbox, self._stopping)) is not None:
-            if not self.ownership.owns(slot):
-                continue
-            try:
-                full = await self.dispatch(slot)
-            except Exception as exc:
-                log.warning("dispatch of slot %d failed: %s", slot, exc)
-                await asyncio.sleep(RETRY_AFTER_ERROR_S)
-                full = True
-            if full and not self._stopping.is_set():
-                await self.inbox.put(slot)
-
-    async def dispatch(self, slot: int) -> bool:
-        """Fire one batch of a slot's ready jobs; True when more may be ready."""
+    async def _claim_and_send(
+        self, slots: list[int]
+    ) -> tuple[dict[int, list[Sent]], list[int]]:
+        """Claim from every slot in one round trip and hand each job to the producer.
+        Returns what was sent by slot, and the slots that may hold more ready jobs."""
         s = self.settings
-        now_ms, claimed = await self.scripts.claim(slot, s.claim_batch, s.inflight_timeout_ms)
-        if not claimed:
-            return False
-        errors = await self._publish(claimed, now_ms)
-        published = [job.job_id for job in claimed if job.job_id not in errors]
-        if published:
-            await self.scripts.ack(slot, published)
-            self.fired_total += len(published)
-        if errors:
-            await self._nack(slot, errors)
-        await self.recorder_queue.put(slot)
-        return len(claimed) == s.claim_batch
+        claims = await self.scripts.claim_many(slots, s.claim_batch, s.inflight_timeout_ms)
+        sent: dict[int, list[Sent]] = {}
+        more: list[int] = []
+        for slot, (now_ms, claimed) in zip(slots, claims, strict=True):
+            if claimed:
+                sent[slot] = [await self._send(job, now_ms) for job in claimed]
+            if len(claimed) == s.claim_batch:
+                more.append(slot)
+        return sent, more
 
-    async def _publish(self, claimed: list[Claimed], now_ms: int) -> dict[bytes, str]:
-        """Send every job and wait for the broker; returns the errors by job id."""
-        errors: dict[bytes, str] = {}
-        pending: list[tuple[bytes, asyncio.Future[object]]] = []
-        for job in claimed:
-            fire = fire_of(job.envelope, job.attempt, now_ms)
-            try:
-                future = await self.producer.send(fire.topic, fire.value, key=fire.key)
-            except Exception as exc:
-                errors[job.job_id] = _describe(exc)
-            else:
-                pending.append((job.job_id, future))
-        results = await asyncio.gather(*(f for _, f in pending), return_exceptions=True)
-        for (job_id, _), result in zip(pending, results, strict=True):
-            if isinstance(result, BaseException):
-                errors[job_id] = _describe(result)
-        return errors
+    async def _send(self, job: Claimed, now_ms: int) -> Sent:
+        fire = fire_of(job.envelope, job.attempt, now_ms)
+        try:
+            future = await self.producer.send(fire.topic, fire.value, key=fire.key)
+        except Exception as exc:  # e.g. record too large, metadata timeout
+            failed: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            future = failed
+        return Sent(job.job_id, future)
+
+    async def _finish(self, sent: dict[int, list[Sent]], in_flight: asyncio.Semaphore) -> None:
+        """Wait for the broker, then ack what was published (one round trip for all
+        slots) and nack the rest."""
+        try:
+            published: dict[int, list[bytes]] = {}
+            for slot, items in sent.items():
+                results = await asyncio.gather(*(item.future for item in items),
+                                               return_exceptions=True)
+                errors = {
+                    item.job_id: _describe(result)
+                    for item, result in zip(items, results, strict=True)
+                    if isinstance(result, BaseException)
+                }
+                if errors:
+                    await self._nack(slot, errors)
+                ok = [item.job_id for item in items if item.job_id not in errors]
+                if ok:
+                    published[slot] = ok
+            if published:
+                self.fired_total += await self.scripts.ack_many(published)
+        except Exception as exc:
+            # The jobs stay in flight; the retry-reaper returns them after their deadline.
+            log.warning("acking a dispatch round failed: %s", exc)
+        finally:
+            in_flight.release()
 
     async def _nack(self, slot: int, errors: dict[bytes, str]) -> None:
         by_error: dict[str, list[bytes]] = defaultdict(list)

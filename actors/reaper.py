@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from actors.base import SlotQueue
 from actors.scanner import SlotScanner
 from cluster.config import Settings
 from cluster.ownership import StaticOwnership
@@ -27,13 +26,11 @@ class RetryReaper:
         scripts: Scripts,
         ownership: StaticOwnership,
         scanner: SlotScanner,
-        recorder_queue: SlotQueue,
     ) -> None:
         self.settings = settings
         self.scripts = scripts
         self.ownership = ownership
         self.scanner = scanner
-        self.recorder_queue = recorder_queue
         self.retried_total = 0
         self.dead_total = 0
         self._stopping = asyncio.Event()
@@ -64,7 +61,6 @@ class RetryReaper:
                          slot, result.retried + result.dead, result.retried, result.dead)
                 self.retried_total += result.retried
                 self.dead_total += result.dead
-                await self.recorder_queue.put(slot)
             if result.earliest_due_ms >= 0:
                 self.scanner.wake(slot, result.earliest_due_ms)
             if not result.more:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from actors.base import SlotQueue, next_or_stop
 from cluster.jobs import JobStatus
 from cluster.mysql_store import MySQLStore, Outcome
 from cluster.ownership import StaticOwnership
@@ -44,16 +43,14 @@ class Recorder:
         scripts: Scripts,
         mysql: MySQLStore,
         ownership: StaticOwnership,
-        inbox: SlotQueue,
         batch: int,
-        sweep_interval_ms: int,
+        interval_ms: int,
     ) -> None:
         self.scripts = scripts
         self.mysql = mysql
         self.ownership = ownership
-        self.inbox = inbox
         self.batch = batch
-        self.sweep_interval_ms = sweep_interval_ms
+        self.interval_ms = interval_ms
         self.recorded_total = 0
         self._stopping = asyncio.Event()
 
@@ -62,39 +59,40 @@ class Recorder:
 
     async def run(self) -> None:
         self._stopping.clear()
-        sweeper = asyncio.create_task(self._sweep())
-        try:
-            while (slot := await next_or_stop(self.inbox, self._stopping)) is not None:
-                await self.drain(slot)
-        finally:
-            sweeper.cancel()
-        # Last pass on the way out, so a clean stop leaves MySQL up to date.
-        for slot in sorted(self.ownership.owned()):
-            await self.drain(slot)
-
-    async def _sweep(self) -> None:
-        """Look at every owned slot now and then: journals left by a previous owner,
-        by the reaper, or by a drain that failed."""
-        while True:
-            for slot in sorted(self.ownership.owned()):
-                await self.inbox.put(slot)
-            await asyncio.sleep(self.sweep_interval_ms / 1000)
-
-    async def drain(self, slot: int) -> None:
-        while True:
-            try:
-                entries = await self.scripts.read_journal(slot, self.batch)
-                if not entries:
-                    return
-                outcomes = [parse_entry(entry, slot) for entry in entries]
-                await self.mysql.record_outcomes(outcomes)
-                fired = [o.job_id for o in outcomes if o.status == JobStatus.FIRED]
-                await self.scripts.trim_journal(slot, len(entries), fired)
-            except Exception as exc:
-                log.warning("recording outcomes of slot %d failed (kept in Redis): %s",
-                            slot, exc)
+        while not self._stopping.is_set():
+            if not await self.record():
                 await asyncio.sleep(RETRY_AFTER_ERROR_S)
-                return
-            self.recorded_total += len(entries)
-            if len(entries) < self.batch:
-                return
+            try:
+                await asyncio.wait_for(self._stopping.wait(), self.interval_ms / 1000)
+            except TimeoutError:
+                pass
+        # Last pass on the way out, so a clean stop leaves MySQL up to date.
+        await self.record()
+
+    async def record(self) -> bool:
+        """Write every owned slot's journal to MySQL; False if that failed (the entries
+        stay in Redis for the next pass)."""
+        slots = sorted(self.ownership.owned())
+        while slots:
+            try:
+                journals = await self.scripts.read_journals(slots, self.batch)
+                by_slot = {
+                    slot: [parse_entry(entry, slot) for entry in entries]
+                    for slot, entries in zip(slots, journals, strict=True) if entries
+                }
+                if not by_slot:
+                    return True
+                await self.mysql.record_outcomes(
+                    [outcome for outcomes in by_slot.values() for outcome in outcomes]
+                )
+                await self.scripts.trim_journals({
+                    slot: (len(outcomes),
+                           [o.job_id for o in outcomes if o.status == JobStatus.FIRED])
+                    for slot, outcomes in by_slot.items()
+                })
+            except Exception as exc:
+                log.warning("recording outcomes failed (kept in Redis): %s", exc)
+                return False
+            self.recorded_total += sum(len(outcomes) for outcomes in by_slot.values())
+            slots = [slot for slot, outcomes in by_slot.items() if len(outcomes) == self.batch]
+        return True

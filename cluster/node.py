@@ -83,17 +83,13 @@ class Node:
             await self.mysql.close()
             raise
         scripts = Scripts(redis, self.keys)
-        mover_queue, dispatch_queue, record_queue = (
-            SlotQueue(s.queue_size), SlotQueue(s.queue_size), SlotQueue(s.queue_size)
-        )
+        mover_queue, dispatch_queue = SlotQueue(s.queue_size), SlotQueue(s.queue_size)
         scanner = SlotScanner(self.ownership, mover_queue, s.safety_wake_ms)
         mover = Mover(scripts, scanner, mover_queue, dispatch_queue, s.move_batch)
-        dispatcher = Dispatcher(
-            s, scripts, producer, self.ownership, scanner, dispatch_queue, record_queue
-        )
-        reaper = RetryReaper(s, scripts, self.ownership, scanner, record_queue)
+        dispatcher = Dispatcher(s, scripts, producer, self.ownership, scanner, dispatch_queue)
+        reaper = RetryReaper(s, scripts, self.ownership, scanner)
         recorder = Recorder(
-            scripts, self.mysql, self.ownership, record_queue, s.record_batch, s.safety_wake_ms
+            scripts, self.mysql, self.ownership, s.record_batch, s.record_interval_ms
         )
         listener = WakeListener(redis, self.keys.wake_channel, self.ownership, scanner)
         # Stop order: sources of work first, finishers last.

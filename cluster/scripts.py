@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from cluster.keys import KeySpace
 from cluster.redis_conn import RedisClient
@@ -82,6 +83,26 @@ class Scripts:
     async def _call(self, name: str, keys: list[str], args: list[Any]) -> Any:
         return await self._scripts[name](keys=keys, args=args)
 
+    async def _call_many(self, name: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Run one script several times (e.g. for several slots) in one pipelined round
+        trip. Each call is still its own atomic script run. The first error raises."""
+        if len(calls) == 1:
+            return [await self._call(name, *calls[0])]
+        script = self._scripts[name]
+        for attempt in range(2):
+            pipe = self.redis.pipeline(transaction=False)
+            for keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            replies = await pipe.execute(raise_on_error=False)
+            if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
+                await self.redis.script_load(script.script)  # Redis restarted or flushed
+                continue
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            return list(replies)
+        raise AssertionError("unreachable")
+
     async def add(self, slot: int, jobs: list[NewJob]) -> tuple[bool, list[int]]:
         """Add jobs of one slot; returns (woke the owner, per-job status 1/0/-1)."""
         k = self.keys.slot(slot)
@@ -97,33 +118,62 @@ class Scripts:
         return woke, statuses
 
     async def move(self, slot: int, limit: int) -> MoveResult:
-        k = self.keys.slot(slot)
-        moved, next_due, now, ready = await self._call("move", [k.delay, k.ready], [limit])
-        return MoveResult(int(moved), int(next_due), int(now), int(ready))
+        return (await self.move_many([slot], limit))[0]
+
+    async def move_many(self, slots: list[int], limit: int) -> list[MoveResult]:
+        """move for several slots in one round trip; results in slot order."""
+        calls: list[tuple[list[str], list[Any]]] = []
+        for slot in slots:
+            k = self.keys.slot(slot)
+            calls.append(([k.delay, k.ready], [limit]))
+        return [
+            MoveResult(int(moved), int(next_due), int(now), int(ready))
+            for moved, next_due, now, ready in await self._call_many("move", calls)
+        ]
+
+    async def claim_many(
+        self, slots: list[int], count: int, timeout_ms: int
+    ) -> list[tuple[int, list[Claimed]]]:
+        """claim for several slots in one round trip; results in slot order."""
+        calls: list[tuple[list[str], list[Any]]] = []
+        for slot in slots:
+            k = self.keys.slot(slot)
+            calls.append(([k.ready, k.inflight, k.jobs, k.attempts], [count, timeout_ms]))
+        return [_claimed(reply) for reply in await self._call_many("claim", calls)]
+
+    async def ack_many(self, job_ids_by_slot: dict[int, list[bytes]]) -> int:
+        """ack for several slots in one round trip; returns the number acked."""
+        calls: list[tuple[list[str], list[Any]]] = []
+        for slot, job_ids in job_ids_by_slot.items():
+            k = self.keys.slot(slot)
+            keys = [k.inflight, k.delay, k.jobs, k.attempts, k.done, k.acked, k.dead]
+            calls.append((keys, list(job_ids)))
+        return sum(int(n) for n in await self._call_many("ack", calls))
+
+    async def read_journals(self, slots: list[int], count: int) -> list[list[bytes]]:
+        """The oldest count journal entries of each slot, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for slot in slots:
+            pipe.lrange(self.keys.slot(slot).done, 0, count - 1)
+        return [list(entries) for entries in await pipe.execute()]
+
+    async def trim_journals(self, trims: dict[int, tuple[int, list[str]]]) -> None:
+        """trim_journal for several slots: slot → (entries recorded, fired job ids)."""
+        calls: list[tuple[list[str], list[Any]]] = []
+        for slot, (count, fired_ids) in trims.items():
+            k = self.keys.slot(slot)
+            calls.append(([k.done, k.acked], [count, *fired_ids]))
+        await self._call_many("trim_journal", calls)
 
     async def claim(self, slot: int, count: int, timeout_ms: int) -> tuple[int, list[Claimed]]:
         """Claim up to count ready jobs; returns (Redis now ms, claimed jobs)."""
-        k = self.keys.slot(slot)
-        reply = await self._call(
-            "claim", [k.ready, k.inflight, k.jobs, k.attempts], [count, timeout_ms]
-        )
-        claimed = [
-            Claimed(reply[i], reply[i + 1], int(reply[i + 2])) for i in range(1, len(reply), 3)
-        ]
-        return int(reply[0]), claimed
-
+        return (await self.claim_many([slot], count, timeout_ms))[0]
     async def ack(self, slot: int, job_ids: list[bytes]) -> int:
-        k = self.keys.slot(slot)
-        return int(
-            await self._call(
-                "ack", [k.inflight, k.delay, k.jobs, k.attempts, k.done, k.acked, k.dead], job_ids
-            )
-        )
+        return await self.ack_many({slot: job_ids})
 
     def _retry_keys(self, slot: int) -> list[str]:
         k = self.keys.slot(slot)
         return [k.inflight, k.delay, k.dead, k.jobs, k.attempts, k.seq, k.done]
-
     async def nack(
         self, slot: int, job_ids: list[bytes], error: str, backoff_ms: int, backoff_max_ms: int
     ) -> RetryResult:
@@ -142,13 +192,9 @@ class Scripts:
 
     async def read_journal(self, slot: int, count: int) -> list[bytes]:
         """The oldest count journal entries of a slot (left in place until trimmed)."""
-        entries = await self.redis.lrange(self.keys.slot(slot).done, 0, count - 1)
-        return [entry if isinstance(entry, bytes) else entry.encode() for entry in entries]
-
+        return (await self.read_journals([slot], count))[0]
     async def trim_journal(self, slot: int, count: int, fired_ids: list[str]) -> None:
-        k = self.keys.slot(slot)
-        await self._call("trim_journal", [k.done, k.acked], [count, *fired_ids])
-
+        await self.trim_journals({slot: (count, fired_ids)})
     async def cancel(self, slot: int, job_id: str, tomb_ms: int) -> int:
         k = self.keys.slot(slot)
         keys = [k.delay, k.ready, k.inflight, k.dead, k.jobs, k.attempts, k.tomb, k.acked]
@@ -161,3 +207,9 @@ class Scripts:
             "reschedule", keys, [self.keys.wake_channel, slot, job_id, due_ms]
         )
         return int(status), woke == 1
+
+
+def _claimed(reply: list[Any]) -> tuple[int, list[Claimed]]:
+    """The claim script's reply: (Redis now ms, claimed jobs)."""
+    jobs = [Claimed(reply[i], reply[i + 1], int(reply[i + 2])) for i in range(1, len(reply), 3)]
+    return int(reply[0]), jobs

@@ -22,9 +22,10 @@ from aiokafka import AIOKafkaProducer
 from actors.base import SlotQueue, batch_or_stop
 from actors.scanner import SlotScanner
 from cluster.config import Settings
-from cluster.envelope import fire_of
+from cluster.envelope import Fire, fire_of
 from cluster.ownership import StaticOwnership
-from cluster.scripts import Claimed, Scripts
+from cluster.publisher import Publisher
+from cluster.scripts import Scripts
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class Dispatcher:
     ) -> None:
         self.settings = settings
         self.scripts = scripts
-        self.producer = producer
+        self.publisher = Publisher(producer)
         self.ownership = ownership
         self.scanner = scanner
         self.inbox = inbox
@@ -95,42 +96,42 @@ class Dispatcher:
     async def _claim_and_send(
         self, slots: list[int]
     ) -> tuple[dict[int, list[Sent]], list[int]]:
-        """Claim from every slot in one round trip and hand each job to the producer.
+        """Claim from every slot in one round trip and hand the jobs to the publisher.
         Returns what was sent by slot, and the slots that may hold more ready jobs."""
         s = self.settings
         claims = await self.scripts.claim_many(slots, s.claim_batch, s.inflight_timeout_ms)
-        sent: dict[int, list[Sent]] = {}
+        fires: list[Fire] = []
+        owners: list[tuple[int, bytes]] = []
         more: list[int] = []
         for slot, (now_ms, claimed) in zip(slots, claims, strict=True):
-            if claimed:
-                sent[slot] = [await self._send(job, now_ms) for job in claimed]
+            for job in claimed:
+                fires.append(fire_of(job.envelope, job.attempt, now_ms))
+                owners.append((slot, job.job_id))
             if len(claimed) == s.claim_batch:
                 more.append(slot)
+        sent: dict[int, list[Sent]] = defaultdict(list)
+        if fires:
+            futures = await self.publisher.publish(fires)
+            for (slot, job_id), future in zip(owners, futures, strict=True):
+                sent[slot].append(Sent(job_id, future))
         return sent, more
-
-    async def _send(self, job: Claimed, now_ms: int) -> Sent:
-        fire = fire_of(job.envelope, job.attempt, now_ms)
-        try:
-            future = await self.producer.send(fire.topic, fire.value, key=fire.key)
-        except Exception as exc:  # e.g. record too large, metadata timeout
-            failed: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-            failed.set_exception(exc)
-            future = failed
-        return Sent(job.job_id, future)
 
     async def _finish(self, sent: dict[int, list[Sent]], in_flight: asyncio.Semaphore) -> None:
         """Wait for the broker, then ack what was published (one round trip for all
         slots) and nack the rest."""
         try:
+            unique = list({id(item.future): item.future
+                           for items in sent.values() for item in items}.values())
+            results = await asyncio.gather(*unique, return_exceptions=True)
+            failed = {
+                id(future): _describe(result)
+                for future, result in zip(unique, results, strict=True)
+                if isinstance(result, BaseException)
+            }
             published: dict[int, list[bytes]] = {}
             for slot, items in sent.items():
-                results = await asyncio.gather(*(item.future for item in items),
-                                               return_exceptions=True)
-                errors = {
-                    item.job_id: _describe(result)
-                    for item, result in zip(items, results, strict=True)
-                    if isinstance(result, BaseException)
-                }
+                errors = {item.job_id: failed[id(item.future)]
+                          for item in items if id(item.future) in failed}
                 if errors:
                     await self._nack(slot, errors)
                 ok = [item.job_id for item in items if item.job_id not in errors]

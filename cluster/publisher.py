@@ -1,0 +1,88 @@
+"""Publishes a round of fired jobs to Kafka as one record batch per topic partition.
+
+aiokafka's per-record send() creates a future and takes a lock per record; for a round
+of hundreds of jobs it is cheaper to fill one BatchBuilder per (topic, partition) and
+submit each batch once. Records are partitioned by key with Kafka's default murmur2
+partitioner, so a key lands on the same partition as with any other Kafka producer.
+Every job gets the future of the batch it went into.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Sequence
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import MessageSizeTooLargeError
+from aiokafka.partitioner import DefaultPartitioner
+
+from cluster.envelope import Fire
+
+
+def _failed(exc: BaseException) -> asyncio.Future[object]:
+    future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+    future.set_exception(exc)
+    return future
+
+
+class Publisher:
+    def __init__(self, producer: AIOKafkaProducer) -> None:
+        self.producer = producer
+        self.partitioner = DefaultPartitioner()
+
+    async def publish(self, fires: Sequence[Fire]) -> list[asyncio.Future[object]]:
+        """Hand every record to the producer; returns one future per record (records
+        in one batch share it). Errors come back through the futures, never raised."""
+        futures: list[asyncio.Future[object] | None] = [None] * len(fires)
+        targets: dict[tuple[str, int], list[int]] = defaultdict(list)
+        partitions: dict[str, list[int] | BaseException] = {}
+        for index, fire in enumerate(fires):
+            known = partitions.get(fire.topic)
+            if known is None:
+                try:
+                    known = sorted(await self.producer.partitions_for(fire.topic))
+                except Exception as exc:  # unknown topic, broker unreachable
+                    known = exc
+                partitions[fire.topic] = known
+            if isinstance(known, BaseException):
+                futures[index] = _failed(known)
+                continue
+            partition = self.partitioner(fire.key, known, known)
+            targets[(fire.topic, partition)].append(index)
+        for (topic, partition), indexes in targets.items():
+            await self._send_batches(topic, partition, fires, indexes, futures)
+        return [f if f is not None else _failed(RuntimeError("not sent")) for f in futures]
+
+    async def _send_batches(
+        self, topic: str, partition: int, fires: Sequence[Fire], indexes: list[int],
+        futures: list[asyncio.Future[object] | None],
+    ) -> None:
+        batch = self.producer.create_batch()
+        members: list[int] = []
+        for index in indexes:
+            fire = fires[index]
+            if batch.append(key=fire.key, value=fire.value, timestamp=None) is None:
+                if members:  # the batch is full: send it and start another
+                    await self._submit(batch, topic, partition, members, futures)
+                    batch, members = self.producer.create_batch(), []
+                if batch.append(key=fire.key, value=fire.value, timestamp=None) is None:
+                    futures[index] = _failed(MessageSizeTooLargeError(
+                        f"record of {len(fire.value)} bytes does not fit a batch"))
+                    continue
+            members.append(index)
+        if members:
+            await self._submit(batch, topic, partition, members, futures)
+
+    async def _submit(
+        self, batch: object, topic: str, partition: int, members: list[int],
+        futures: list[asyncio.Future[object] | None],
+    ) -> None:
+        try:
+            future: asyncio.Future[object] = await self.producer.send_batch(
+                batch, topic, partition=partition
+            )
+        except Exception as exc:
+            future = _failed(exc)
+        for index in members:
+            futures[index] = future

@@ -89,3 +89,23 @@ async def test_ten_thousand_jobs_fire_exactly_once_and_never_early(
         return all(row.status == JobStatus.FIRED for row in rows.values())
 
     assert await wait_for(all_recorded, timeout_s=60, interval_s=0.5)
+
+
+async def test_injection_looking_fields_fire_and_record_verbatim(
+    client: DelayClient, node: Node, topic: str, collector: Collector
+) -> None:
+    job_id = "x'); DROP TABLE job_0000; -- \\' \" redis.call('FLUSHALL') 订单"
+    biz_id = "'; SELECT SLEEP(10); --"
+    await client.schedule(topic, {"q": "' OR 1=1 --"}, delay=0.1, job_id=job_id,
+                          biz_id=biz_id, biz_type="\\\\")
+    [record] = await collector.until(1, timeout_s=30)
+    assert (record["job_id"], record["biz_id"], record["biz_type"]) == (job_id, biz_id, "\\\\")
+    assert collector.keys == [biz_id.encode()]
+
+    async def recorded() -> bool:
+        got = await client.get(job_id)
+        return got is not None and got.status == JobStatus.FIRED
+
+    assert await wait_for(recorded, timeout_s=10)
+    [entry] = await client.mysql.history(job_id)
+    assert entry["status"] == JobStatus.FIRED

@@ -41,6 +41,7 @@ class Supervisor:
         self.restarts: dict[str, int] = {actor.name: 0 for actor in self.actors}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping: set[str] = set()
+        self._stop_started = False
 
     def start(self) -> None:
         for actor in self.actors:
@@ -59,6 +60,9 @@ class Supervisor:
 
     async def stop(self) -> None:
         """Stop actors one by one in start order; idempotent."""
+        if self._stop_started:
+            return
+        self._stop_started = True
         for actor in self.actors:
             task = self._tasks.get(actor.name)
             self._stopping.add(actor.name)

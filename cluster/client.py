@@ -12,7 +12,6 @@ anything is written.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import os
 import socket
@@ -152,7 +151,7 @@ class DelayClient:
         return [job.job_id for job in valid]
 
     async def _store(self, jobs: list[ValidJob], keyed: set[str]) -> None:
-        """MySQL first (committed), then the add script per slot, slots concurrently."""
+        """MySQL first (committed), then the add script for every slot in one pipeline."""
         slots = [slot_of(job.job_id, self.settings.slots) for job in jobs]
         await self.mysql.insert_jobs(jobs, slots)
         to_add = [
@@ -174,9 +173,8 @@ class DelayClient:
         by_slot: dict[int, list[NewJob]] = defaultdict(list)
         for slot, job in zip(slots, to_add, strict=True):
             by_slot[slot].append(job)
-        await asyncio.gather(
-            *(self.scripts.add(slot, slot_jobs) for slot, slot_jobs in by_slot.items())
-        )
+        if by_slot:
+            await self.scripts.add_many(by_slot)
 
     # ----- cancel / reschedule / get -------------------------------------------------
 

@@ -6,7 +6,7 @@ so each Lua script touches keys of one Redis Cluster hash slot only.
 Per slot:
   delay     zset  member = seq (12 hex digits) + job_id, score = due time in ms;
                   equal scores sort by member, so the seq keeps schedule order
-  ready     list  job ids due now, in due order
+  ready     list  delay members (seq + job_id) due now, in due order
   inflight  zset  job id → claim deadline in ms
   dead      zset  job id → time it died in ms
   jobs      hash  job id → stored envelope (see lua/add.lua for its format)

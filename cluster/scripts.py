@@ -105,17 +105,29 @@ class Scripts:
 
     async def add(self, slot: int, jobs: list[NewJob]) -> tuple[bool, list[int]]:
         """Add jobs of one slot; returns (woke the owner, per-job status 1/0/-1)."""
-        k = self.keys.slot(slot)
-        woke = False
-        statuses: list[int] = []
-        for start in range(0, len(jobs), ADD_CHUNK):
-            args: list[Any] = [self.keys.wake_channel, slot]
-            for job in jobs[start : start + ADD_CHUNK]:
-                args += (job.job_id, job.due_ms, job.max_attempts, job.tail)
-            reply = await self._call("add", [k.delay, k.jobs, k.seq, k.tomb, k.acked], args)
-            woke = woke or reply[0] == 1
-            statuses += reply[1:]
-        return woke, statuses
+        return (await self.add_many({slot: jobs}))[slot]
+
+    async def add_many(
+        self, jobs_by_slot: dict[int, list[NewJob]]
+    ) -> dict[int, tuple[bool, list[int]]]:
+        """Add jobs of many slots in one pipelined round trip, ADD_CHUNK jobs per script
+        run. Returns per slot: (woke the owner, per-job status 1 added / 0 already there
+        / -1 refused)."""
+        calls: list[tuple[list[str], list[Any]]] = []
+        owners: list[int] = []
+        for slot, jobs in jobs_by_slot.items():
+            k = self.keys.slot(slot)
+            for start in range(0, len(jobs), ADD_CHUNK):
+                args: list[Any] = [self.keys.wake_channel, slot]
+                for job in jobs[start : start + ADD_CHUNK]:
+                    args += (job.job_id, job.due_ms, job.max_attempts, job.tail)
+                calls.append(([k.delay, k.jobs, k.seq, k.tomb, k.acked], args))
+                owners.append(slot)
+        results: dict[int, tuple[bool, list[int]]] = {}
+        for slot, reply in zip(owners, await self._call_many("add", calls), strict=True):
+            woke, statuses = results.get(slot, (False, []))
+            results[slot] = (woke or reply[0] == 1, statuses + list(reply[1:]))
+        return results
 
     async def move(self, slot: int, limit: int) -> MoveResult:
         return (await self.move_many([slot], limit))[0]
@@ -197,12 +209,12 @@ class Scripts:
         await self.trim_journals({slot: (count, fired_ids)})
     async def cancel(self, slot: int, job_id: str, tomb_ms: int) -> int:
         k = self.keys.slot(slot)
-        keys = [k.delay, k.ready, k.inflight, k.dead, k.jobs, k.attempts, k.tomb, k.acked]
+        keys = [k.delay, k.inflight, k.dead, k.jobs, k.attempts, k.tomb, k.acked]
         return int(await self._call("cancel", keys, [job_id, tomb_ms]))
 
     async def reschedule(self, slot: int, job_id: str, due_ms: int) -> tuple[int, bool]:
         k = self.keys.slot(slot)
-        keys = [k.delay, k.ready, k.inflight, k.dead, k.jobs, k.seq, k.acked]
+        keys = [k.delay, k.inflight, k.dead, k.jobs, k.seq, k.acked]
         status, woke = await self._call(
             "reschedule", keys, [self.keys.wake_channel, slot, job_id, due_ms]
         )

@@ -4,7 +4,8 @@
 -- ARGV[1..] job ids
 -- Returns the number of jobs acked. A job already acked or cancelled is skipped; a job
 -- the reaper already put back for retry (or buried) is removed from the delay zset (or
--- the dead-letter set) too, since it did get published.
+-- the dead-letter set) too, since it did get published; if it is in the ready list by
+-- now, that entry is left for claim to drop.
 --@include common
 
 local inflight, delay, jobs, attempts, done, acked, dead =

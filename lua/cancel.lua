@@ -1,14 +1,16 @@
 -- cancel: remove a job that has not fired, so it never fires.
--- KEYS[1] delay zset   KEYS[2] ready list   KEYS[3] inflight zset   KEYS[4] dead zset
--- KEYS[5] jobs hash    KEYS[6] attempts hash   KEYS[7] tomb zset   KEYS[8] acked hash
+-- KEYS[1] delay zset   KEYS[2] inflight zset   KEYS[3] dead zset
+-- KEYS[4] jobs hash    KEYS[5] attempts hash   KEYS[6] tomb zset   KEYS[7] acked hash
+-- A job already in the ready list is cancelled by deleting its envelope: claim drops
+-- ready entries without one, so the list is never searched.
 -- ARGV[1] job id   ARGV[2] tombstone lifetime ms
 -- Returns 1 removed; 0 not in Redis (a tombstone now refuses a late add of it, e.g. a
 -- schedule() whose Redis step is still on its way); -2 in flight (being published now:
 -- too late); -3 dead; -4 fired (its MySQL status may not be recorded yet).
 --@include common
 
-local delay, ready, inflight, dead, jobs, attempts, tomb, acked =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local delay, inflight, dead, jobs, attempts, tomb, acked =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local id = ARGV[1]
 local now = now_ms()
 local v = redis.call('HGET', jobs, id)
@@ -21,9 +23,7 @@ end
 if redis.call('ZSCORE', inflight, id) then return -2 end
 if redis.call('ZSCORE', dead, id) then return -3 end
 local seq = parse_envelope(v)
-if redis.call('ZREM', delay, seq .. id) == 0 then
-  redis.call('LREM', ready, 0, id)
-end
+redis.call('ZREM', delay, seq .. id)
 redis.call('HDEL', jobs, id)
 redis.call('HDEL', attempts, id)
 return 1

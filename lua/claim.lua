@@ -1,20 +1,22 @@
 -- claim: take ready jobs of one slot into flight, each with a deadline.
 -- KEYS[1] ready list   KEYS[2] inflight zset   KEYS[3] jobs hash   KEYS[4] attempts hash
 -- ARGV[1] max jobs to claim   ARGV[2] in-flight timeout ms
--- Returns {now_ms, id_1, envelope_1, attempt_1, ...}. Ids whose envelope is gone
--- (cancelled or acked after they became ready) are dropped silently.
+-- Returns {now_ms, id_1, envelope_1, attempt_1, ...}. Ready entries are delay members
+-- (seq + job id); one whose job is gone (cancelled, acked) or whose envelope carries
+-- another seq (rescheduled or retried since) is stale and dropped silently.
 --@include common
 
 local ready, inflight, jobs, attempts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local now = now_ms()
-local ids = redis.call('LPOP', ready, tonumber(ARGV[1]))
+local members = redis.call('LPOP', ready, tonumber(ARGV[1]))
 local result = {now}
-if not ids then return result end
+if not members then return result end
 local deadline = now + tonumber(ARGV[2])
 local zargs = {}
-for _, id in ipairs(ids) do
+for _, member in ipairs(members) do
+  local id = string.sub(member, 13)
   local v = redis.call('HGET', jobs, id)
-  if v then
+  if v and string.sub(v, 1, 12) == string.sub(member, 1, 12) then
     zargs[#zargs + 1] = deadline
     zargs[#zargs + 1] = id
     result[#result + 1] = id

@@ -1,4 +1,6 @@
 -- move: due jobs of one slot, delay zset -> ready list, in due order, at most LIMIT.
+-- The ready list gets the delay member itself (seq + job id): claim checks the seq
+-- against the envelope, so a cancel or reschedule never has to search the list.
 -- KEYS[1] delay zset   KEYS[2] ready list
 -- ARGV[1] limit (max jobs moved by this call)
 -- Returns {moved, next_due_ms, now_ms, ready_length}: next_due_ms is the earliest
@@ -15,9 +17,7 @@ local moved = #members
 local chunk = 500
 for i = 1, moved, chunk do
   local last = math.min(i + chunk - 1, moved)
-  local ids = {}
-  for j = i, last do ids[#ids + 1] = string.sub(members[j], 13) end
-  redis.call('RPUSH', ready, unpack(ids))
+  redis.call('RPUSH', ready, unpack(members, i, last))
   redis.call('ZREM', delay, unpack(members, i, last))
 end
 local next_due = -1

@@ -1,13 +1,15 @@
 -- reschedule: give a job that has not fired a new due time.
--- KEYS[1] delay zset   KEYS[2] ready list   KEYS[3] inflight zset   KEYS[4] dead zset
--- KEYS[5] jobs hash    KEYS[6] seq counter   KEYS[7] acked hash
+-- KEYS[1] delay zset   KEYS[2] inflight zset   KEYS[3] dead zset   KEYS[4] jobs hash
+-- KEYS[5] seq counter   KEYS[6] acked hash
+-- A job already in the ready list gets a new seq, which makes its ready entry stale
+-- (claim drops it), so the list is never searched.
 -- ARGV[1] wake channel   ARGV[2] slot number   ARGV[3] job id   ARGV[4] new due ms
 -- Returns {status, woke}: status 1 moved; 0 not in Redis; -2 in flight (too late);
 -- -3 dead; -4 fired (its MySQL status may not be recorded yet). woke is 1 when the owner was woken because the slot's earliest moved earlier.
 --@include common
 
-local delay, ready, inflight, dead, jobs, seq_key, acked =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local delay, inflight, dead, jobs, seq_key, acked =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id, due = ARGV[3], ARGV[4]
 local v = redis.call('HGET', jobs, id)
 if not v then
@@ -17,9 +19,7 @@ end
 if redis.call('ZSCORE', inflight, id) then return {-2, 0} end
 if redis.call('ZSCORE', dead, id) then return {-3, 0} end
 local seq, max_attempts, _, body_at = parse_envelope(v)
-if redis.call('ZREM', delay, seq .. id) == 0 then
-  redis.call('LREM', ready, 0, id)
-end
+redis.call('ZREM', delay, seq .. id)
 local old_head = head_score(delay)
 local new_seq = seq_hex(reserve_seq(seq_key, 1))
 redis.call('HSET', jobs, id, new_seq .. '|' .. max_attempts .. '|' .. due .. '|' ..

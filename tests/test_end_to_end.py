@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import random
+import uuid
 from collections import Counter
 
 from cluster.client import DelayClient, Job, JobStatus
+from cluster.config import Settings
+from cluster.keys import slot_of
 from cluster.node import Node
+from cluster.scripts import Scripts
 from tests.conftest import Collector, wait_for
 
 
@@ -94,7 +98,7 @@ async def test_ten_thousand_jobs_fire_exactly_once_and_never_early(
 async def test_injection_looking_fields_fire_and_record_verbatim(
     client: DelayClient, node: Node, topic: str, collector: Collector
 ) -> None:
-    job_id = "x'); DROP TABLE job_0000; -- \\' \" redis.call('FLUSHALL') 订单"
+    job_id = f"x'); DROP TABLE job_0000; -- \\' \" redis.call('FLUSHALL') 订单 {uuid.uuid4()}"
     biz_id = "'; SELECT SLEEP(10); --"
     await client.schedule(topic, {"q": "' OR 1=1 --"}, delay=0.1, job_id=job_id,
                           biz_id=biz_id, biz_type="\\\\")
@@ -109,3 +113,30 @@ async def test_injection_looking_fields_fire_and_record_verbatim(
     assert await wait_for(recorded, timeout_s=10)
     [entry] = await client.mysql.history(job_id)
     assert entry["status"] == JobStatus.FIRED
+
+
+async def test_jobs_in_flight_on_a_dead_node_are_retried(
+    client: DelayClient, settings: Settings, scripts: Scripts, topic: str, collector: Collector
+) -> None:
+    """A node claimed jobs and died before publishing: the reaper of the next node
+    returns them after their deadline, and they fire as attempt 2."""
+    ids = await client.schedule_many([Job(topic, i, delay=0) for i in range(20)])
+    slots = sorted({slot_of(job_id, settings.slots) for job_id in ids})
+    await scripts.move_many(slots, 100)
+    claims = await scripts.claim_many(slots, 100, 300)  # the "dead node", 300 ms deadline
+    assert sum(len(claimed) for _, claimed in claims) == 20
+    node = Node(settings.replace(retry_backoff_ms=50, reap_interval_ms=100))
+    await node.start()
+    try:
+        records = await collector.until(20, timeout_s=30)
+        await collector.quiet_for(0.5)
+    finally:
+        await node.stop()
+    assert sorted(str(r["job_id"]) for r in records) == sorted(ids)
+    assert {r["attempt"] for r in records} == {2}
+    history = await client.mysql.history(ids[0])
+    assert [(h["status"], h["attempt"], h["note"]) for h in history] == [
+        (JobStatus.FIRING, 1, "in-flight deadline passed"), (JobStatus.FIRED, 2, None)
+    ]
+    record = await client.get(ids[0])
+    assert record is not None and (record.status, record.attempts) == (JobStatus.FIRED, 2)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
@@ -23,9 +23,9 @@ from actors.base import SlotQueue, batch_or_stop
 from actors.scanner import SlotScanner
 from cluster.config import Settings
 from cluster.envelope import Fire, fire_of
-from cluster.ownership import StaticOwnership
+from cluster.ownership import Ownership
 from cluster.publisher import Publisher
-from cluster.scripts import Scripts
+from cluster.scripts import Fenced, Scripts
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class Dispatcher:
         settings: Settings,
         scripts: Scripts,
         producer: AIOKafkaProducer,
-        ownership: StaticOwnership,
+        ownership: Ownership,
         scanner: SlotScanner,
         inbox: SlotQueue,
     ) -> None:
@@ -60,10 +60,24 @@ class Dispatcher:
         self.inbox = inbox
         self.fired_total = 0
         self.failed_total = 0
+        # Claims older than this are not published (see _claim_and_send).
+        self.lease_ms = settings.zk_session_timeout_ms / 2
+        self._rounds_in_flight: Counter[int] = Counter()
+        self._round_done = asyncio.Event()
         self._stopping = asyncio.Event()
 
     def stop(self) -> None:
         self._stopping.set()
+
+    def busy(self, slot: int) -> bool:
+        """Whether a round that claimed from `slot` still awaits the broker or its ack."""
+        return self._rounds_in_flight[slot] > 0
+
+    async def wait_idle(self, slot: int) -> None:
+        """Until no round of `slot` is in flight (a graceful hand-off waits for this)."""
+        while self.busy(slot):
+            self._round_done.clear()
+            await self._round_done.wait()
 
     async def run(self) -> None:
         """Claim and send, slot batch after slot batch; a separate task per round waits
@@ -75,35 +89,53 @@ class Dispatcher:
         # finishes what it claimed.
         async with asyncio.TaskGroup() as rounds:
             while (slots := await batch_or_stop(self.inbox, self._stopping)) is not None:
-                slots = [slot for slot in slots if self.ownership.owns(slot)]
-                if not slots:
+                held = [(slot, self.ownership.epoch(slot))
+                        for slot in slots if self.ownership.owns(slot)]
+                if not held:
                     continue
                 await in_flight.acquire()
+                for slot, _ in held:
+                    self._rounds_in_flight[slot] += 1
                 try:
-                    sent, more = await self._claim_and_send(slots)
+                    sent, more = await self._claim_and_send(held)
                 except Exception as exc:
-                    in_flight.release()
-                    log.warning("claiming from %d slot(s) failed: %s", len(slots), exc)
+                    log.warning("claiming from %d slot(s) failed: %s", len(held), exc)
+                    self._round_finished(held, in_flight)
                     await asyncio.sleep(RETRY_AFTER_ERROR_S)
-                    more, sent = slots, {}
-                if sent:
-                    rounds.create_task(self._finish(sent, in_flight))
+                    more = [slot for slot, _ in held]
                 else:
-                    in_flight.release()
+                    rounds.create_task(self._finish(held, sent, in_flight))
                 for slot in more:
                     await self.inbox.put(slot)
 
+    def _round_finished(self, held: list[tuple[int, int]], in_flight: asyncio.Semaphore) -> None:
+        for slot, _ in held:
+            self._rounds_in_flight[slot] -= 1
+        self._round_done.set()
+        in_flight.release()
+
     async def _claim_and_send(
-        self, slots: list[int]
+        self, held: list[tuple[int, int]]
     ) -> tuple[dict[int, list[Sent]], list[int]]:
-        """Claim from every slot in one round trip and hand the jobs to the publisher.
-        Returns what was sent by slot, and the slots that may hold more ready jobs."""
+        """Claim from every (slot, epoch) in one round trip and hand the jobs to the
+        publisher. Returns what was sent by slot, and the slots that may hold more."""
         s = self.settings
-        claims = await self.scripts.claim_many(slots, s.claim_batch, s.inflight_timeout_ms)
+        claims = await self.scripts.claim_many(held, s.claim_batch, s.inflight_timeout_ms)
         fires: list[Fire] = []
         owners: list[tuple[int, bytes]] = []
         more: list[int] = []
-        for slot, (now_ms, claimed) in zip(slots, claims, strict=True):
+        for (slot, epoch), claim in zip(held, claims, strict=True):
+            if claim is None:
+                self.ownership.lost(slot, epoch)
+                continue
+            now_ms, claimed = claim
+            age_ms = self.scanner.redis_now_ms() - now_ms
+            if age_ms > self.lease_ms:
+                # This process was paused since the claim: the slot may have moved on.
+                # Leave the jobs in flight; whoever owns the slot now retries them.
+                log.warning("not publishing %d job(s) of slot %d claimed %.0f ms ago",
+                            len(claimed), slot, age_ms)
+                continue
             for job in claimed:
                 fires.append(fire_of(job.envelope, job.attempt, now_ms))
                 owners.append((slot, job.job_id))
@@ -116,9 +148,13 @@ class Dispatcher:
                 sent[slot].append(Sent(job_id, future))
         return sent, more
 
-    async def _finish(self, sent: dict[int, list[Sent]], in_flight: asyncio.Semaphore) -> None:
+    async def _finish(
+        self, held: list[tuple[int, int]], sent: dict[int, list[Sent]],
+        in_flight: asyncio.Semaphore,
+    ) -> None:
         """Wait for the broker, then ack what was published (one round trip for all
         slots) and nack the rest."""
+        epochs = dict(held)
         try:
             unique = list({id(item.future): item.future
                            for items in sent.values() for item in items}.values())
@@ -133,28 +169,33 @@ class Dispatcher:
                 errors = {item.job_id: failed[id(item.future)]
                           for item in items if id(item.future) in failed}
                 if errors:
-                    await self._nack(slot, errors)
+                    await self._nack(slot, epochs[slot], errors)
                 ok = [item.job_id for item in items if item.job_id not in errors]
                 if ok:
                     published[slot] = ok
             if published:
+                # Not fenced: a job that was published is done, whoever owns it now.
                 self.fired_total += await self.scripts.ack_many(published)
         except Exception as exc:
             # The jobs stay in flight; the retry-reaper returns them after their deadline.
             log.warning("acking a dispatch round failed: %s", exc)
         finally:
-            in_flight.release()
+            self._round_finished(held, in_flight)
 
-    async def _nack(self, slot: int, errors: dict[bytes, str]) -> None:
+    async def _nack(self, slot: int, epoch: int, errors: dict[bytes, str]) -> None:
         by_error: dict[str, list[bytes]] = defaultdict(list)
         for job_id, error in errors.items():
             by_error[error].append(job_id)
         for error, job_ids in by_error.items():
             log.warning("publishing %d job(s) of slot %d failed: %s", len(job_ids), slot, error)
-            result = await self.scripts.nack(
-                slot, job_ids, error, self.settings.retry_backoff_ms,
-                self.settings.retry_backoff_max_ms,
-            )
+            try:
+                result = await self.scripts.nack(
+                    slot, epoch, job_ids, error, self.settings.retry_backoff_ms,
+                    self.settings.retry_backoff_max_ms,
+                )
+            except Fenced:
+                self.ownership.lost(slot, epoch)  # the new owner's reaper retries them
+                return
             self.failed_total += len(job_ids)
             if result.earliest_due_ms >= 0:
                 self.scanner.wake(slot, result.earliest_due_ms)

@@ -13,6 +13,7 @@ import logging
 
 from actors.base import SlotQueue, batch_or_stop
 from actors.scanner import SlotScanner
+from cluster.ownership import Ownership
 from cluster.scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -26,12 +27,14 @@ class Mover:
     def __init__(
         self,
         scripts: Scripts,
+        ownership: Ownership,
         scanner: SlotScanner,
         inbox: SlotQueue,
         dispatch_queue: SlotQueue,
         batch: int,
     ) -> None:
         self.scripts = scripts
+        self.ownership = ownership
         self.scanner = scanner
         self.inbox = inbox
         self.dispatch_queue = dispatch_queue
@@ -49,15 +52,22 @@ class Mover:
 
     async def move(self, slots: list[int]) -> None:
         """Move every given slot in one pipelined round trip (one script run each)."""
+        held = [(slot, self.ownership.epoch(slot)) for slot in slots if self.ownership.owns(slot)]
+        if not held:
+            return
+        slots = [slot for slot, _ in held]
         try:
-            results = await self.scripts.move_many(slots, self.batch)
+            results = await self.scripts.move_many(held, self.batch)
         except Exception as exc:
             log.warning("move of %d slot(s) failed: %s", len(slots), exc)
             for slot in slots:
                 self.scanner.move_failed(slot, RETRY_AFTER_ERROR_MS)
             await asyncio.sleep(RETRY_AFTER_ERROR_MS / 1000)
             return
-        for slot, result in zip(slots, results, strict=True):
+        for (slot, epoch), result in zip(held, results, strict=True):
+            if result is None:
+                self.ownership.lost(slot, epoch)
+                continue
             self.moved_total += result.moved
             self.scanner.report(slot, result.next_due_ms, result.now_ms)
             if result.ready:

@@ -9,8 +9,8 @@ import logging
 
 from actors.scanner import SlotScanner
 from cluster.config import Settings
-from cluster.ownership import StaticOwnership
-from cluster.scripts import Scripts
+from cluster.ownership import Ownership
+from cluster.scripts import Fenced, Scripts
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ class RetryReaper:
         self,
         settings: Settings,
         scripts: Scripts,
-        ownership: StaticOwnership,
+        ownership: Ownership,
         scanner: SlotScanner,
     ) -> None:
         self.settings = settings
@@ -42,7 +42,14 @@ class RetryReaper:
         self._stopping.clear()
         while not self._stopping.is_set():
             for slot in sorted(self.ownership.owned()):
-                await self.reap(slot)
+                try:
+                    epoch = self.ownership.epoch(slot)
+                except KeyError:
+                    continue  # the slot moved away meanwhile
+                try:
+                    await self.reap(slot, epoch)
+                except Fenced:
+                    self.ownership.lost(slot, epoch)
             try:
                 await asyncio.wait_for(
                     self._stopping.wait(), self.settings.reap_interval_ms / 1000
@@ -50,11 +57,11 @@ class RetryReaper:
             except TimeoutError:
                 pass
 
-    async def reap(self, slot: int) -> None:
+    async def reap(self, slot: int, epoch: int) -> None:
         s = self.settings
         while True:
             result = await self.scripts.reap(
-                slot, REAP_LIMIT, s.retry_backoff_ms, s.retry_backoff_max_ms
+                slot, epoch, REAP_LIMIT, s.retry_backoff_ms, s.retry_backoff_max_ms
             )
             if result.retried or result.dead:
                 log.info("slot %d: %d in-flight job(s) timed out, %d retried, %d dead",

@@ -13,7 +13,7 @@ import logging
 
 from cluster.jobs import JobStatus
 from cluster.mysql_store import MySQLStore, Outcome
-from cluster.ownership import StaticOwnership
+from cluster.ownership import Ownership
 from cluster.scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class Recorder:
         self,
         scripts: Scripts,
         mysql: MySQLStore,
-        ownership: StaticOwnership,
+        ownership: Ownership,
         batch: int,
         interval_ms: int,
     ) -> None:
@@ -72,7 +72,8 @@ class Recorder:
     async def record(self) -> bool:
         """Write every owned slot's journal to MySQL; False if that failed (the entries
         stay in Redis for the next pass)."""
-        slots = sorted(self.ownership.owned())
+        epochs = {slot: self.ownership.epoch(slot) for slot in self.ownership.owned()}
+        slots = sorted(epochs)
         while slots:
             try:
                 journals = await self.scripts.read_journals(slots, self.batch)
@@ -85,14 +86,21 @@ class Recorder:
                 await self.mysql.record_outcomes(
                     [outcome for outcomes in by_slot.values() for outcome in outcomes]
                 )
-                await self.scripts.trim_journals({
-                    slot: (len(outcomes),
+                fenced = await self.scripts.trim_journals({
+                    slot: (epochs[slot], len(outcomes),
                            [o.job_id for o in outcomes if o.status == JobStatus.FIRED])
                     for slot, outcomes in by_slot.items()
                 })
             except Exception as exc:
                 log.warning("recording outcomes failed (kept in Redis): %s", exc)
                 return False
-            self.recorded_total += sum(len(outcomes) for outcomes in by_slot.values())
-            slots = [slot for slot, outcomes in by_slot.items() if len(outcomes) == self.batch]
+            for slot in fenced:
+                self.ownership.lost(slot, epochs[slot])  # its new owner records them
+            self.recorded_total += sum(
+                len(outcomes) for slot, outcomes in by_slot.items() if slot not in fenced
+            )
+            slots = [
+                slot for slot, outcomes in by_slot.items()
+                if len(outcomes) == self.batch and slot not in fenced
+            ]
         return True

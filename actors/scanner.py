@@ -20,7 +20,7 @@ import logging
 import time
 
 from actors.base import SlotQueue
-from cluster.ownership import StaticOwnership
+from cluster.ownership import Ownership
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class SlotScanner:
     name = "slot-scanner"
 
     def __init__(
-        self, ownership: StaticOwnership, mover_queue: SlotQueue, safety_wake_ms: int
+        self, ownership: Ownership, mover_queue: SlotQueue, safety_wake_ms: int
     ) -> None:
         self.ownership = ownership
         self.mover_queue = mover_queue

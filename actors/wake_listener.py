@@ -10,7 +10,7 @@ import asyncio
 import logging
 
 from actors.scanner import SlotScanner
-from cluster.ownership import StaticOwnership
+from cluster.ownership import Ownership
 from cluster.redis_conn import RedisClient
 
 log = logging.getLogger(__name__)
@@ -20,7 +20,7 @@ class WakeListener:
     name = "wake-listener"
 
     def __init__(
-        self, redis: RedisClient, channel: str, ownership: StaticOwnership, scanner: SlotScanner
+        self, redis: RedisClient, channel: str, ownership: Ownership, scanner: SlotScanner
     ) -> None:
         self.redis = redis
         self.channel = channel

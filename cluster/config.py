@@ -34,6 +34,8 @@ class Settings:
     mysql_url: str = "mysql://delayq:delayq@127.0.0.1:3306/delayq"
     kafka_bootstrap: str = "127.0.0.1:9092"
     zk_hosts: str = "127.0.0.1:2181"
+    zk_root: str = "/delayq"
+    zk_session_timeout_ms: int = 10000
 
     # Layout. Slot count must be a power of two and is fixed for the life of a cluster.
     key_prefix: str = "dq"
@@ -79,7 +81,7 @@ class Settings:
             "move_batch", "claim_batch", "dispatch_concurrency", "record_batch",
             "record_interval_ms", "safety_wake_ms", "reap_interval_ms", "inflight_timeout_ms",
             "retry_backoff_ms", "retry_backoff_max_ms", "queue_size", "kafka_request_timeout_ms",
-            "kafka_max_batch_bytes",
+            "kafka_max_batch_bytes", "zk_session_timeout_ms",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -95,8 +97,10 @@ class Settings:
                 "inflight_timeout_ms must be longer than kafka_request_timeout_ms "
                 f"({self.inflight_timeout_ms} <= {self.kafka_request_timeout_ms})"
             )
-        if not self.key_prefix or any(c in self.key_prefix for c in "{} "):
-            raise ConfigError(f"key_prefix must be non-empty without braces or spaces: "
+        if not self.zk_root.startswith("/") or (self.zk_root.endswith("/") and self.zk_root != "/"):
+            raise ConfigError(f"zk_root must be an absolute znode path, got {self.zk_root!r}")
+        if not self.key_prefix or any(c in self.key_prefix for c in "{} /"):
+            raise ConfigError(f"key_prefix must be non-empty without braces, spaces or '/': "
                               f"{self.key_prefix!r}")
 
     def replace(self, **changes: Any) -> Settings:

@@ -15,6 +15,7 @@ Per slot:
   seq       string counter giving schedule order within one millisecond
   done      list  journal of outcomes for the MySQL recorder (format in lua/includes)
   acked     hash  job ids fired but not yet recorded in MySQL; cancel and add check it
+  owner     string the slot's current ownership epoch (fencing token; lua/take.lua)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ WAKE_CHANNEL_SUFFIX = "wake"
 
 SLOT_KEY_NAMES = (
     "delay", "ready", "inflight", "dead", "jobs", "attempts", "tomb", "seq", "done", "acked",
+    "owner",
 )
 
 
@@ -54,6 +56,7 @@ class SlotKeys:
     seq: str
     done: str
     acked: str
+    owner: str
 
 
 class KeySpace:

@@ -27,8 +27,8 @@ from actors.supervisor import Supervisor
 from actors.wake_listener import WakeListener
 from cluster.config import Settings
 from cluster.keys import KeySpace
+from cluster.membership import Membership
 from cluster.mysql_store import MySQLStore
-from cluster.ownership import StaticOwnership
 from cluster.redis_conn import RedisClient, connect_redis
 from cluster.scripts import Scripts
 
@@ -54,6 +54,7 @@ class NodeParts:
 
     redis: RedisClient
     producer: AIOKafkaProducer
+    membership: Membership
     scanner: SlotScanner
     mover: Mover
     dispatcher: Dispatcher
@@ -66,7 +67,6 @@ class Node:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.keys = KeySpace(settings.key_prefix)
-        self.ownership = StaticOwnership(settings.slots)
         self.mysql = MySQLStore(settings, settings.node_id)
         self.parts: NodeParts | None = None
         self._stopped = False
@@ -75,27 +75,36 @@ class Node:
         s = self.settings
         await self.mysql.open()
         redis = connect_redis(s.redis_url)
+        scripts = Scripts(redis, self.keys)
         producer = make_producer(s)
+        membership = Membership(s, scripts)
         try:
             await producer.start()
-        except Exception:
+            await membership.join()  # ClusterConfigError if the slot count disagrees
+        except BaseException:
+            await producer.stop()
             await redis.aclose()
             await self.mysql.close()
             raise
-        scripts = Scripts(redis, self.keys)
         mover_queue, dispatch_queue = SlotQueue(s.queue_size), SlotQueue(s.queue_size)
-        scanner = SlotScanner(self.ownership, mover_queue, s.safety_wake_ms)
-        mover = Mover(scripts, scanner, mover_queue, dispatch_queue, s.move_batch)
-        dispatcher = Dispatcher(s, scripts, producer, self.ownership, scanner, dispatch_queue)
-        reaper = RetryReaper(s, scripts, self.ownership, scanner)
+        scanner = SlotScanner(membership, mover_queue, s.safety_wake_ms)
+        mover = Mover(scripts, membership, scanner, mover_queue, dispatch_queue, s.move_batch)
+        dispatcher = Dispatcher(s, scripts, producer, membership, scanner, dispatch_queue)
+        reaper = RetryReaper(s, scripts, membership, scanner)
         recorder = Recorder(
-            scripts, self.mysql, self.ownership, s.record_batch, s.record_interval_ms
+            scripts, self.mysql, membership, s.record_batch, s.record_interval_ms
         )
-        listener = WakeListener(redis, self.keys.wake_channel, self.ownership, scanner)
-        # Stop order: sources of work first, finishers last.
-        supervisor = Supervisor([listener, scanner, mover, dispatcher, reaper, recorder])
+        listener = WakeListener(redis, self.keys.wake_channel, membership, scanner)
+        membership.on_acquired = lambda slot: scanner.wake(slot, 0)
+        membership.quiesce = dispatcher.wait_idle
+        # Stop order: sources of work first, finishers last; membership releases the
+        # slots once everything else is done with them.
+        supervisor = Supervisor(
+            [listener, scanner, mover, dispatcher, reaper, recorder, membership]
+        )
         self.parts = NodeParts(
-            redis, producer, scanner, mover, dispatcher, reaper, recorder, supervisor
+            redis, producer, membership, scanner, mover, dispatcher, reaper, recorder,
+            supervisor,
         )
         supervisor.start()
         log.info("node %s started: %d slots, kafka %s", s.node_id, s.slots, s.kafka_bootstrap)
@@ -132,6 +141,7 @@ class Node:
             "retried": p.reaper.retried_total,
             "dead": p.reaper.dead_total,
             "recorded": p.recorder.recorded_total,
+            "slots_owned": len(p.membership.owned()),
         }
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from cluster.keys import KeySpace
 from cluster.redis_conn import RedisClient
@@ -20,6 +20,7 @@ from cluster.redis_conn import RedisClient
 _INCLUDE = re.compile(r"^--@include (\w+)$", re.MULTILINE)
 SCRIPT_NAMES = (
     "add", "move", "claim", "ack", "nack", "reap", "cancel", "reschedule", "trim_journal",
+    "take",
 )
 
 # Redis Lua's unpack() and argument lists stay well below their limits with this.
@@ -35,6 +36,18 @@ def load_source(name: str) -> str:
         return root.joinpath("includes", f"{match.group(1)}.lua").read_text()
 
     return _INCLUDE.sub(include, text)
+
+
+class Fenced(RuntimeError):
+    """A script refused to act: the caller's ownership epoch of the slot is not current."""
+
+    def __init__(self, slot: int, detail: str = "") -> None:
+        super().__init__(f"slot {slot} is fenced: {detail}")
+        self.slot = slot
+
+
+def _is_fenced(reply: object) -> bool:
+    return isinstance(reply, ResponseError) and str(reply).startswith("FENCED")
 
 
 @dataclass(frozen=True)
@@ -85,9 +98,15 @@ class Scripts:
 
     async def _call_many(self, name: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         """Run one script several times (e.g. for several slots) in one pipelined round
-        trip. Each call is still its own atomic script run. The first error raises."""
+        trip. Each call is still its own atomic script run. A FENCED refusal comes back
+        in place as its ResponseError; any other error raises."""
         if len(calls) == 1:
-            return [await self._call(name, *calls[0])]
+            try:
+                return [await self._call(name, *calls[0])]
+            except ResponseError as exc:
+                if _is_fenced(exc):
+                    return [exc]
+                raise
         script = self._scripts[name]
         for attempt in range(2):
             pipe = self.redis.pipeline(transaction=False)
@@ -98,7 +117,7 @@ class Scripts:
                 await self.redis.script_load(script.script)  # Redis restarted or flushed
                 continue
             for reply in replies:
-                if isinstance(reply, Exception):
+                if isinstance(reply, Exception) and not _is_fenced(reply):
                     raise reply
             return list(replies)
         raise AssertionError("unreachable")
@@ -129,29 +148,40 @@ class Scripts:
             results[slot] = (woke or reply[0] == 1, statuses + list(reply[1:]))
         return results
 
-    async def move(self, slot: int, limit: int) -> MoveResult:
-        return (await self.move_many([slot], limit))[0]
+    async def move(self, slot: int, epoch: int, limit: int) -> MoveResult:
+        result = (await self.move_many([(slot, epoch)], limit))[0]
+        if result is None:
+            raise Fenced(slot)
+        return result
 
-    async def move_many(self, slots: list[int], limit: int) -> list[MoveResult]:
-        """move for several slots in one round trip; results in slot order."""
+    async def move_many(
+        self, slot_epochs: list[tuple[int, int]], limit: int
+    ) -> list[MoveResult | None]:
+        """move for several (slot, epoch) in one round trip; None where fenced."""
         calls: list[tuple[list[str], list[Any]]] = []
-        for slot in slots:
+        for slot, epoch in slot_epochs:
             k = self.keys.slot(slot)
-            calls.append(([k.delay, k.ready], [limit]))
+            calls.append(([k.owner, k.delay, k.ready], [epoch, limit]))
         return [
-            MoveResult(int(moved), int(next_due), int(now), int(ready))
-            for moved, next_due, now, ready in await self._call_many("move", calls)
+            None if _is_fenced(reply)
+            else MoveResult(int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]))
+            for reply in await self._call_many("move", calls)
         ]
 
     async def claim_many(
-        self, slots: list[int], count: int, timeout_ms: int
-    ) -> list[tuple[int, list[Claimed]]]:
-        """claim for several slots in one round trip; results in slot order."""
+        self, slot_epochs: list[tuple[int, int]], count: int, timeout_ms: int
+    ) -> list[tuple[int, list[Claimed]] | None]:
+        """claim for several (slot, epoch) in one round trip; None where fenced."""
         calls: list[tuple[list[str], list[Any]]] = []
-        for slot in slots:
+        for slot, epoch in slot_epochs:
             k = self.keys.slot(slot)
-            calls.append(([k.ready, k.inflight, k.jobs, k.attempts], [count, timeout_ms]))
-        return [_claimed(reply) for reply in await self._call_many("claim", calls)]
+            calls.append(
+                ([k.owner, k.ready, k.inflight, k.jobs, k.attempts], [epoch, count, timeout_ms])
+            )
+        return [
+            None if _is_fenced(reply) else _claimed(reply)
+            for reply in await self._call_many("claim", calls)
+        ]
 
     async def ack_many(self, job_ids_by_slot: dict[int, list[bytes]]) -> int:
         """ack for several slots in one round trip; returns the number acked."""
@@ -169,44 +199,68 @@ class Scripts:
             pipe.lrange(self.keys.slot(slot).done, 0, count - 1)
         return [list(entries) for entries in await pipe.execute()]
 
-    async def trim_journals(self, trims: dict[int, tuple[int, list[str]]]) -> None:
-        """trim_journal for several slots: slot → (entries recorded, fired job ids)."""
+    async def trim_journals(self, trims: dict[int, tuple[int, int, list[str]]]) -> set[int]:
+        """trim_journal for several slots: slot → (epoch, entries recorded, fired job
+        ids). Returns the slots where it was fenced (nothing trimmed there)."""
         calls: list[tuple[list[str], list[Any]]] = []
-        for slot, (count, fired_ids) in trims.items():
+        for slot, (epoch, count, fired_ids) in trims.items():
             k = self.keys.slot(slot)
-            calls.append(([k.done, k.acked], [count, *fired_ids]))
-        await self._call_many("trim_journal", calls)
+            calls.append(([k.owner, k.done, k.acked], [epoch, count, *fired_ids]))
+        replies = await self._call_many("trim_journal", calls)
+        return {slot for slot, reply in zip(trims, replies, strict=True) if _is_fenced(reply)}
 
-    async def claim(self, slot: int, count: int, timeout_ms: int) -> tuple[int, list[Claimed]]:
+    async def take(self, slot: int, epoch: int) -> bool:
+        """Make epoch the slot's current one; False if a newer epoch is already there."""
+        return int(await self._call("take", [self.keys.slot(slot).owner], [epoch])) == 1
+
+    async def claim(
+        self, slot: int, epoch: int, count: int, timeout_ms: int
+    ) -> tuple[int, list[Claimed]]:
         """Claim up to count ready jobs; returns (Redis now ms, claimed jobs)."""
-        return (await self.claim_many([slot], count, timeout_ms))[0]
+        result = (await self.claim_many([(slot, epoch)], count, timeout_ms))[0]
+        if result is None:
+            raise Fenced(slot)
+        return result
+
     async def ack(self, slot: int, job_ids: list[bytes]) -> int:
         return await self.ack_many({slot: job_ids})
 
+    async def _fenced_call(self, name: str, slot: int, keys: list[str], args: list[Any]) -> Any:
+        reply = (await self._call_many(name, [(keys, args)]))[0]
+        if _is_fenced(reply):
+            raise Fenced(slot, str(reply))
+        return reply
+
     def _retry_keys(self, slot: int) -> list[str]:
         k = self.keys.slot(slot)
-        return [k.inflight, k.delay, k.dead, k.jobs, k.attempts, k.seq, k.done]
+        return [k.owner, k.inflight, k.delay, k.dead, k.jobs, k.attempts, k.seq, k.done]
+
     async def nack(
-        self, slot: int, job_ids: list[bytes], error: str, backoff_ms: int, backoff_max_ms: int
+        self, slot: int, epoch: int, job_ids: list[bytes], error: str, backoff_ms: int,
+        backoff_max_ms: int,
     ) -> RetryResult:
-        reply = await self._call(
-            "nack", self._retry_keys(slot), [backoff_ms, backoff_max_ms, error, *job_ids]
+        reply = await self._fenced_call(
+            "nack", slot, self._retry_keys(slot),
+            [epoch, backoff_ms, backoff_max_ms, error, *job_ids],
         )
         return RetryResult(int(reply[0]), int(reply[1]), int(reply[2]))
 
     async def reap(
-        self, slot: int, limit: int, backoff_ms: int, backoff_max_ms: int
+        self, slot: int, epoch: int, limit: int, backoff_ms: int, backoff_max_ms: int
     ) -> RetryResult:
-        reply = await self._call(
-            "reap", self._retry_keys(slot), [limit, backoff_ms, backoff_max_ms]
+        reply = await self._fenced_call(
+            "reap", slot, self._retry_keys(slot), [epoch, limit, backoff_ms, backoff_max_ms]
         )
         return RetryResult(int(reply[0]), int(reply[1]), int(reply[2]), reply[3] == 1)
 
     async def read_journal(self, slot: int, count: int) -> list[bytes]:
         """The oldest count journal entries of a slot (left in place until trimmed)."""
         return (await self.read_journals([slot], count))[0]
-    async def trim_journal(self, slot: int, count: int, fired_ids: list[str]) -> None:
-        await self.trim_journals({slot: (count, fired_ids)})
+    async def trim_journal(
+        self, slot: int, epoch: int, count: int, fired_ids: list[str]
+    ) -> None:
+        if await self.trim_journals({slot: (epoch, count, fired_ids)}):
+            raise Fenced(slot)
     async def cancel(self, slot: int, job_id: str, tomb_ms: int) -> int:
         k = self.keys.slot(slot)
         keys = [k.delay, k.inflight, k.dead, k.jobs, k.attempts, k.tomb, k.acked]

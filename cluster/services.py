@@ -298,7 +298,9 @@ def _zookeeper_prepare(svc: Service) -> None:
     data.mkdir(parents=True, exist_ok=True)
     _zookeeper_config(svc).write_text("\n".join([
         "# Written by `delayq services up`; rewritten on every start.",
-        "tickTime=2000",
+        "tickTime=500",
+        "minSessionTimeout=1000",
+        "maxSessionTimeout=60000",
         "initLimit=10",
         "syncLimit=5",
         f"dataDir={data}",

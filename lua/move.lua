@@ -1,16 +1,18 @@
 -- move: due jobs of one slot, delay zset -> ready list, in due order, at most LIMIT.
 -- The ready list gets the delay member itself (seq + job id): claim checks the seq
 -- against the envelope, so a cancel or reschedule never has to search the list.
--- KEYS[1] delay zset   KEYS[2] ready list
--- ARGV[1] limit (max jobs moved by this call)
+-- KEYS[1] owner key   KEYS[2] delay zset   KEYS[3] ready list
+-- ARGV[1] epoch   ARGV[2] limit (max jobs moved by this call)
 -- Returns {moved, next_due_ms, now_ms, ready_length}: next_due_ms is the earliest
 -- remaining due time, now_ms when more are due already (moved == limit), or -1 when the
 -- zset is empty.
 -- "Due" is judged by the Redis server clock (TIME), never the caller's.
+-- Error FENCED when ARGV[1] is not the slot's current epoch.
+--@include fence
 --@include common
 
-local delay, ready = KEYS[1], KEYS[2]
-local limit = tonumber(ARGV[1])
+local delay, ready = KEYS[2], KEYS[3]
+local limit = tonumber(ARGV[2])
 local now = now_ms()
 local members = redis.call('ZRANGEBYSCORE', delay, '-inf', now, 'LIMIT', 0, limit)
 local moved = #members

@@ -122,9 +122,10 @@ async def test_jobs_in_flight_on_a_dead_node_are_retried(
     returns them after their deadline, and they fire as attempt 2."""
     ids = await client.schedule_many([Job(topic, i, delay=0) for i in range(20)])
     slots = sorted({slot_of(job_id, settings.slots) for job_id in ids})
-    await scripts.move_many(slots, 100)
-    claims = await scripts.claim_many(slots, 100, 300)  # the "dead node", 300 ms deadline
-    assert sum(len(claimed) for _, claimed in claims) == 20
+    await scripts.move_many([(slot, 0) for slot in slots], 100)
+    # The "dead node": claims everything with a 300 ms deadline.
+    claims = await scripts.claim_many([(slot, 0) for slot in slots], 100, 300)
+    assert sum(len(claim[1]) for claim in claims if claim) == 20
     node = Node(settings.replace(retry_backoff_ms=50, reap_interval_ms=100))
     await node.start()
     try:

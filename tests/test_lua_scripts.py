@@ -10,7 +10,7 @@ from cluster.envelope import fire_of, make_tail
 from cluster.jobs import now_ms
 from cluster.keys import KeySpace
 from cluster.redis_conn import RedisClient
-from cluster.scripts import NewJob, Scripts
+from cluster.scripts import Fenced, NewJob, Scripts
 
 SLOT = 3
 HOUR_MS = 3600_000
@@ -107,7 +107,7 @@ async def test_move_takes_only_due_jobs_and_reports_next(
 ) -> None:
     now = now_ms()
     await scripts.add(SLOT, [job("past", now - 1000), job("future", now + HOUR_MS)])
-    result = await scripts.move(SLOT, 100)
+    result = await scripts.move(SLOT, 0, 100)
     assert result.moved == 1
     assert result.next_due_ms == now + HOUR_MS
     assert result.ready == 1
@@ -124,7 +124,7 @@ async def test_move_keeps_schedule_order_within_one_millisecond(
     for job_id in ids[:5]:
         await scripts.add(SLOT, [job(job_id, due)])
     await scripts.add(SLOT, [job(job_id, due) for job_id in ids[5:]])
-    await scripts.move(SLOT, 100)
+    await scripts.move(SLOT, 0, 100)
     assert await ready_ids(redis, k) == [i.encode() for i in ids]
 
 
@@ -133,11 +133,11 @@ async def test_move_is_bounded_by_its_limit(
 ) -> None:
     due = now_ms() - 1000
     await scripts.add(SLOT, [job(f"j{i:04d}", due + i % 7) for i in range(2500)])
-    first = await scripts.move(SLOT, 1000)
+    first = await scripts.move(SLOT, 0, 1000)
     assert first.moved == 1000
     assert first.next_due_ms == first.now_ms  # more are due already
-    second = await scripts.move(SLOT, 1000)
-    third = await scripts.move(SLOT, 1000)
+    second = await scripts.move(SLOT, 0, 1000)
+    third = await scripts.move(SLOT, 0, 1000)
     assert (second.moved, third.moved) == (1000, 500)
     assert third.next_due_ms == -1
     assert await redis.llen(k.slot(SLOT).ready) == 2500
@@ -150,8 +150,8 @@ async def test_claim_puts_jobs_in_flight_with_deadline_and_attempt(
     scripts: Scripts, redis: RedisClient, k: KeySpace
 ) -> None:
     await scripts.add(SLOT, [job("a", now_ms() - 5), job("b", now_ms() - 5)])
-    await scripts.move(SLOT, 100)
-    now, claimed = await scripts.claim(SLOT, 1, 30_000)
+    await scripts.move(SLOT, 0, 100)
+    now, claimed = await scripts.claim(SLOT, 0, 1, 30_000)
     assert [c.job_id for c in claimed] == [b"a"]
     assert claimed[0].attempt == 1
     assert await redis.zscore(k.slot(SLOT).inflight, "a") == now + 30_000
@@ -164,7 +164,7 @@ async def test_claim_drops_ids_whose_job_is_gone(
     scripts: Scripts, redis: RedisClient, k: KeySpace
 ) -> None:
     await redis.rpush(k.slot(SLOT).ready, "000000000001ghost")
-    _, claimed = await scripts.claim(SLOT, 10, 30_000)
+    _, claimed = await scripts.claim(SLOT, 0, 10, 30_000)
     assert claimed == []
     assert await redis.zcard(k.slot(SLOT).inflight) == 0
 
@@ -173,8 +173,8 @@ async def test_ack_forgets_the_job_and_journals_it(
     scripts: Scripts, redis: RedisClient, k: KeySpace
 ) -> None:
     await scripts.add(SLOT, [job("a", now_ms() - 5)])
-    await scripts.move(SLOT, 100)
-    await scripts.claim(SLOT, 10, 30_000)
+    await scripts.move(SLOT, 0, 100)
+    await scripts.claim(SLOT, 0, 10, 30_000)
     assert await scripts.ack(SLOT, [b"a"]) == 1
     assert await scripts.ack(SLOT, [b"a"]) == 0
     s = k.slot(SLOT)
@@ -194,19 +194,19 @@ async def test_nack_retries_with_backoff_then_buries(
 ) -> None:
     s = k.slot(SLOT)
     await scripts.add(SLOT, [job("a", now_ms() - 5, max_attempts=2)])
-    await scripts.move(SLOT, 100)
-    now, _ = await scripts.claim(SLOT, 10, 30_000)
-    retry = await scripts.nack(SLOT, [b"a"], "broker down", 1000, 60_000)
+    await scripts.move(SLOT, 0, 100)
+    now, _ = await scripts.claim(SLOT, 0, 10, 30_000)
+    retry = await scripts.nack(SLOT, 0, [b"a"], "broker down", 1000, 60_000)
     assert (retry.retried, retry.dead) == (1, 0)
     assert retry.earliest_due_ms >= now + 1000
     [member] = await redis.zrange(s.delay, 0, -1)
     assert member.endswith(b"a")
     # Second attempt fails too: max_attempts=2 is used up.
     await redis.zadd(s.delay, {member: now - 1})
-    await scripts.move(SLOT, 100)
-    _, claimed = await scripts.claim(SLOT, 10, 30_000)
+    await scripts.move(SLOT, 0, 100)
+    _, claimed = await scripts.claim(SLOT, 0, 10, 30_000)
     assert claimed[0].attempt == 2
-    buried = await scripts.nack(SLOT, [b"a"], "still down", 1000, 60_000)
+    buried = await scripts.nack(SLOT, 0, [b"a"], "still down", 1000, 60_000)
     assert (buried.retried, buried.dead) == (0, 1)
     assert await redis.zscore(s.dead, "a") is not None
     assert await redis.hexists(s.jobs, "a")  # kept for inspection and replay
@@ -216,7 +216,7 @@ async def test_nack_retries_with_backoff_then_buries(
 
 
 async def test_nack_skips_jobs_no_longer_in_flight(scripts: Scripts) -> None:
-    retry = await scripts.nack(SLOT, [b"nobody"], "x", 1000, 60_000)
+    retry = await scripts.nack(SLOT, 0, [b"nobody"], "x", 1000, 60_000)
     assert (retry.retried, retry.dead, retry.earliest_due_ms) == (0, 0, -1)
 
 
@@ -225,11 +225,11 @@ async def test_reap_returns_only_expired_in_flight_jobs(
 ) -> None:
     s = k.slot(SLOT)
     await scripts.add(SLOT, [job("old", now_ms() - 5), job("young", now_ms() - 5)])
-    await scripts.move(SLOT, 100)
-    await scripts.claim(SLOT, 1, 0)  # "old": deadline is now
-    await scripts.claim(SLOT, 1, HOUR_MS)  # "young": deadline in an hour
+    await scripts.move(SLOT, 0, 100)
+    await scripts.claim(SLOT, 0, 1, 0)  # "old": deadline is now
+    await scripts.claim(SLOT, 0, 1, HOUR_MS)  # "young": deadline in an hour
     await asyncio.sleep(0.01)
-    result = await scripts.reap(SLOT, 100, 1000, 60_000)
+    result = await scripts.reap(SLOT, 0, 100, 1000, 60_000)
     assert (result.retried, result.dead, result.more) == (1, 0, False)
     assert await redis.zrange(s.inflight, 0, -1) == [b"young"]
     [member] = await redis.zrange(s.delay, 0, -1)
@@ -244,8 +244,8 @@ async def test_cancel_in_each_state(scripts: Scripts, redis: RedisClient, k: Key
     now = now_ms()
     await scripts.add(SLOT, [job("waiting", now + HOUR_MS), job("ready", now - 4),
                              job("flying", now - 5)])
-    await scripts.move(SLOT, 100)
-    await scripts.claim(SLOT, 1, HOUR_MS)  # "flying", the earliest
+    await scripts.move(SLOT, 0, 100)
+    await scripts.claim(SLOT, 0, 1, HOUR_MS)  # "flying", the earliest
     assert await scripts.cancel(SLOT, "waiting", HOUR_MS) == 1
     assert await scripts.cancel(SLOT, "ready", HOUR_MS) == 1
     assert await scripts.cancel(SLOT, "flying", HOUR_MS) == -2
@@ -253,7 +253,7 @@ async def test_cancel_in_each_state(scripts: Scripts, redis: RedisClient, k: Key
     assert await redis.zcard(s.delay) == 0
     assert await redis.hkeys(s.jobs) == [b"flying"]
     # The cancelled ready job's entry is stale: claim drops it.
-    assert (await scripts.claim(SLOT, 10, HOUR_MS))[1] == []
+    assert (await scripts.claim(SLOT, 0, 10, HOUR_MS))[1] == []
     assert await ready_ids(redis, k) == []
     await redis.hset(s.acked, "done", 1)
     assert await scripts.cancel(SLOT, "done", HOUR_MS) == -4
@@ -263,9 +263,9 @@ async def test_cancel_of_dead_job_is_refused(
     scripts: Scripts, redis: RedisClient, k: KeySpace
 ) -> None:
     await scripts.add(SLOT, [job("a", now_ms() - 5, max_attempts=1)])
-    await scripts.move(SLOT, 10)
-    await scripts.claim(SLOT, 10, 30_000)
-    await scripts.nack(SLOT, [b"a"], "bad", 1000, 60_000)
+    await scripts.move(SLOT, 0, 10)
+    await scripts.claim(SLOT, 0, 10, 30_000)
+    await scripts.nack(SLOT, 0, [b"a"], "bad", 1000, 60_000)
     assert await scripts.cancel(SLOT, "a", HOUR_MS) == -3
 
 
@@ -290,14 +290,14 @@ async def test_reschedule_pulls_a_ready_job_back(
     scripts: Scripts, redis: RedisClient, k: KeySpace
 ) -> None:
     await scripts.add(SLOT, [job("a", now_ms() - 5)])
-    await scripts.move(SLOT, 10)
+    await scripts.move(SLOT, 0, 10)
     status, _ = await scripts.reschedule(SLOT, "a", now_ms() + HOUR_MS)
     assert status == 1
     assert await redis.zcard(k.slot(SLOT).delay) == 1
-    assert (await scripts.claim(SLOT, 10, HOUR_MS))[1] == []  # its ready entry is stale
+    assert (await scripts.claim(SLOT, 0, 10, HOUR_MS))[1] == []  # its ready entry is stale
     await scripts.reschedule(SLOT, "a", now_ms() - 5)
-    await scripts.move(SLOT, 10)
-    await scripts.claim(SLOT, 10, HOUR_MS)
+    await scripts.move(SLOT, 0, 10)
+    await scripts.claim(SLOT, 0, 10, HOUR_MS)
     assert (await scripts.reschedule(SLOT, "a", now_ms()))[0] == -2
 
 
@@ -309,11 +309,53 @@ async def test_trim_journal_drops_recorded_entries_and_fired_markers(
 ) -> None:
     s = k.slot(SLOT)
     await scripts.add(SLOT, [job(f"j{i}", now_ms() - 5) for i in range(3)])
-    await scripts.move(SLOT, 10)
-    await scripts.claim(SLOT, 10, HOUR_MS)
+    await scripts.move(SLOT, 0, 10)
+    await scripts.claim(SLOT, 0, 10, HOUR_MS)
     await scripts.ack(SLOT, [b"j0", b"j1", b"j2"])
     assert len(await scripts.read_journal(SLOT, 2)) == 2
-    await scripts.trim_journal(SLOT, 2, ["j0", "j1"])
+    await scripts.trim_journal(SLOT, 0, 2, ["j0", "j1"])
     assert await redis.hkeys(s.acked) == [b"j2"]
     [entry] = await scripts.read_journal(SLOT, 10)
     assert entry.endswith(b"j2")
+
+
+# ----- fencing ------------------------------------------------------------------------------
+
+
+async def test_take_installs_only_newer_epochs(scripts: Scripts, redis: RedisClient,
+                                               k: KeySpace) -> None:
+    assert await scripts.take(SLOT, 3)
+    assert await scripts.take(SLOT, 3)  # idempotent
+    assert not await scripts.take(SLOT, 2)  # stale
+    assert await redis.get(k.slot(SLOT).owner) == b"3"
+
+
+async def test_scripts_acting_as_owner_refuse_an_old_epoch(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    s = k.slot(SLOT)
+    await scripts.add(SLOT, [job("a", now_ms() - 5), job("b", now_ms() - 5)])
+    await scripts.take(SLOT, 1)
+    await scripts.move(SLOT, 1, 10)
+    await scripts.claim(SLOT, 1, 1, 0)  # "a" in flight, deadline now
+    await scripts.take(SLOT, 2)  # another node took the slot
+    with pytest.raises(Fenced):
+        await scripts.move(SLOT, 1, 10)
+    with pytest.raises(Fenced):
+        await scripts.claim(SLOT, 1, 10, 30_000)
+    with pytest.raises(Fenced):
+        await scripts.nack(SLOT, 1, [b"a"], "x", 1000, 60_000)
+    with pytest.raises(Fenced):
+        await scripts.reap(SLOT, 1, 100, 1000, 60_000)
+    with pytest.raises(Fenced):
+        await scripts.trim_journal(SLOT, 1, 1, [])
+    # Nothing changed: "b" still ready, "a" still in flight.
+    assert await ready_ids(redis, k) == [b"b"]
+    assert await redis.zrange(s.inflight, 0, -1) == [b"a"]
+    # The batched forms report the fenced slot in place instead of failing the batch.
+    assert await scripts.claim_many([(SLOT, 1), (SLOT + 1, 0)], 10, 30_000) == [
+        None, (pytest.approx(now_ms(), abs=60_000), [])
+    ]
+    # The current epoch works.
+    _, claimed = await scripts.claim(SLOT, 2, 10, 30_000)
+    assert [c.job_id for c in claimed] == [b"b"]

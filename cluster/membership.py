@@ -1,0 +1,281 @@
+"""ZooKeeper membership and fenced slot ownership: the Ownership every node uses.
+
+Layout under the cluster root, <zk_root>/<key_prefix>:
+
+    config            {"slots": N}, written once by the first node; a node started with
+                      another slot count refuses to join
+    members/m-<seq>   one ephemeral sequential znode per live node (its session)
+    slots/<n>         one persistent znode per slot: {"owner": member or null}; its
+                      version, bumped by every change, is the slot's epoch
+
+Every member computes the same slot map from the live members (cluster/assignment.py).
+Hand-off is two-sided, so a slot is never worked on by two nodes at once:
+
+* the old owner stops scanning, moving and claiming the slot, waits for its rounds in
+  flight to be acked, then releases it (owner := null, a compare-and-set on the
+  version it holds);
+* the new owner takes it only when it is released or its owner is no longer a live
+  member (session expired): owner := itself, compare-and-set; the znode's new version
+  is its epoch, which it writes to the slot's owner key in Redis (lua/take.lua).
+
+From then on every script that acts as the owner carries the epoch and Redis refuses an
+older one (lua/includes/fence.lua). A node whose session expired while it kept
+running, was paused or partitioned, is fenced the moment the new owner takes the slot,
+even before it notices. When its session is lost, or it is disconnected for most of
+the session timeout, a node drops every slot at once and rejoins with a new session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+
+import orjson
+from aiozk import ZKClient, exc
+from aiozk.states import States
+
+from cluster.assignment import assign
+from cluster.config import Settings
+from cluster.scripts import Scripts
+
+log = logging.getLogger(__name__)
+
+RECONCILE_INTERVAL_S = 0.2
+# Disconnected for this share of the session timeout, a node can no longer be sure its
+# session is alive, so it stops working on its slots.
+SUSPEND_GIVE_UP = 0.75
+
+
+class ClusterConfigError(RuntimeError):
+    """This node's settings disagree with the cluster's (e.g. the slot count)."""
+
+
+def cluster_root(settings: Settings) -> str:
+    return f"{settings.zk_root.rstrip('/')}/{settings.key_prefix}"
+
+
+async def _no_wait(slot: int) -> None:
+    return None
+
+
+class Membership:
+    """Joins the cluster, keeps this node's share of slots, and implements Ownership."""
+
+    name = "membership"
+
+    def __init__(self, settings: Settings, scripts: Scripts) -> None:
+        self.settings = settings
+        self.scripts = scripts
+        self.root = cluster_root(settings)
+        self.zk: ZKClient | None = None
+        self.member: str | None = None
+        self._held: dict[int, int] = {}  # slot → epoch
+        self._stopping = False
+        self._wake = asyncio.Event()
+        self._watchdog: asyncio.Task[None] | None = None
+        # Set by the node: a slot was acquired / wait until a slot's rounds are done.
+        self.on_acquired: Callable[[int], None] = lambda slot: None
+        self.quiesce: Callable[[int], Awaitable[None]] = _no_wait
+
+    # ----- Ownership ---------------------------------------------------------------------
+
+    def owned(self) -> frozenset[int]:
+        return frozenset(self._held)
+
+    def owns(self, slot: int) -> bool:
+        return slot in self._held
+
+    def epoch(self, slot: int) -> int:
+        return self._held[slot]
+
+    def lost(self, slot: int, epoch: int) -> None:
+        if self._held.get(slot) == epoch:
+            del self._held[slot]
+            log.warning("slot %d: epoch %d is fenced, another node owns it now", slot, epoch)
+            self._wake.set()
+
+    def drop_all(self, reason: str) -> None:
+        """Stop working on every slot now; the loop takes them again (with new epochs)
+        once it can prove membership."""
+        if self._held:
+            log.warning("dropping all %d slot(s): %s", len(self._held), reason)
+            self._held.clear()
+        self._wake.set()
+
+    # ----- joining ---------------------------------------------------------------------
+
+    async def join(self) -> None:
+        """Connect, check or create the cluster's config, and register as a member.
+        Raises ClusterConfigError if this node disagrees with the cluster."""
+        s = self.settings
+        self.zk = ZKClient(s.zk_hosts, session_timeout=s.zk_session_timeout_ms / 1000)
+        await asyncio.wait_for(self.zk.start(), s.zk_session_timeout_ms / 1000 * 3)
+        try:
+            await self._ensure_layout()
+            await self._register()
+        except BaseException:
+            await self.zk.close()
+            raise
+        self._watchdog = asyncio.create_task(self._watch_session(), name="zk-watchdog")
+
+    async def _ensure_layout(self) -> None:
+        zk = self._zk()
+        await zk.ensure_path(f"{self.root}/members")
+        await zk.ensure_path(f"{self.root}/slots")
+        config = orjson.dumps({"slots": self.settings.slots})
+        try:
+            await zk.create(f"{self.root}/config", data=config)
+        except exc.NodeExists:
+            existing = orjson.loads(await zk.get_data(f"{self.root}/config"))
+            if existing.get("slots") != self.settings.slots:
+                raise ClusterConfigError(
+                    f"cluster {self.root} has {existing.get('slots')} slots; this node is "
+                    f"configured with slots={self.settings.slots}. The slot count is fixed "
+                    "when a cluster is created: start the node with the cluster's count."
+                ) from None
+        present = set(await zk.get_children(f"{self.root}/slots"))
+        for slot in range(self.settings.slots):
+            if str(slot) not in present:
+                try:
+                    await zk.create(f"{self.root}/slots/{slot}", data=orjson.dumps({"owner": None}))
+                except exc.NodeExists:
+                    pass
+
+    async def _register(self) -> None:
+        data = orjson.dumps({
+            "node_id": self.settings.node_id, "host": socket.gethostname(), "pid": os.getpid(),
+            "joined_ms": int(time.time() * 1000),
+        })
+        path = await self._zk().create(
+            f"{self.root}/members/m-", data=data, ephemeral=True, sequential=True
+        )
+        self.member = path.rsplit("/", 1)[-1]
+        log.info("joined cluster %s as %s (node %s)", self.root, self.member,
+                 self.settings.node_id)
+
+    def _zk(self) -> ZKClient:
+        if self.zk is None:
+            raise RuntimeError("not joined")
+        return self.zk
+
+    # ----- the loop -----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        self._stopping = False
+        timeout = self.settings.zk_session_timeout_ms / 1000
+        while not self._stopping:
+            try:
+                await asyncio.wait_for(self._reconcile(), timeout * 2)
+            except Exception as error:  # ZooKeeper or Redis unreachable: try again soon
+                log.warning("membership: %s: %s", type(error).__name__, error)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), RECONCILE_INTERVAL_S)
+            except TimeoutError:
+                pass
+        await self._leave()
+
+    async def _reconcile(self) -> None:
+        zk = self._zk()
+        members = sorted(await zk.get_children(f"{self.root}/members"))
+        if self.member not in members:
+            # Our ephemeral znode is gone: the session expired. Rejoin as a new member.
+            self.drop_all(f"member {self.member} is gone (session expired)")
+            self.member = None
+            await self._register()
+            return
+        mine = {slot for slot, m in assign(self.settings.slots, members).items()
+                if m == self.member}
+        for slot in sorted(set(self._held) - mine):
+            await self._release(slot)
+        for slot in sorted(mine - set(self._held)):
+            if self._stopping or self.member is None:
+                return
+            await self._take(slot, set(members))
+
+    async def _release(self, slot: int) -> None:
+        epoch = self._held.pop(slot)  # actors stop scanning, moving and claiming it now
+        try:
+            await asyncio.wait_for(
+                self.quiesce(slot), self.settings.kafka_request_timeout_ms / 1000 * 2
+            )
+        except TimeoutError:
+            log.warning("slot %d: rounds still in flight at hand-off", slot)
+        path = f"{self.root}/slots/{slot}"
+        try:
+            await self._zk().set(path, orjson.dumps({"owner": None}), version=epoch)
+            log.info("released slot %d (epoch %d)", slot, epoch)
+        except exc.BadVersion:
+            pass  # someone took it already: nothing of ours to release
+
+    async def _take(self, slot: int, live: set[str]) -> None:
+        zk = self._zk()
+        path = f"{self.root}/slots/{slot}"
+        data, stat = await zk.get(path)
+        owner = orjson.loads(data).get("owner") if data else None
+        if owner is not None and owner != self.member and owner in live:
+            return  # its owner is alive and has not released it yet
+        try:
+            new = await zk.set(
+                path, orjson.dumps({"owner": self.member, "node_id": self.settings.node_id}),
+                version=stat.version,
+            )
+        except exc.BadVersion:
+            return  # changed meanwhile; look again on the next pass
+        epoch = int(new.version)
+        if not await self.scripts.take(slot, epoch):
+            log.error("slot %d: Redis holds an epoch newer than %d; was ZooKeeper reset?",
+                      slot, epoch)
+            return
+        if self.member is None or self._stopping:
+            return
+        self._held[slot] = epoch
+        log.info("took slot %d (epoch %d, previous owner %s)", slot, epoch, owner)
+        self.on_acquired(slot)
+
+    async def _watch_session(self) -> None:
+        """Drop every slot at once when the session is lost, or when disconnected for
+        most of the session timeout (the session may be gone without our knowing)."""
+        zk = self._zk()
+        give_up_s = self.settings.zk_session_timeout_ms / 1000 * SUSPEND_GIVE_UP
+        suspended_since: float | None = None
+        while True:
+            state = zk.session.state.current_state
+            if state == States.LOST:
+                if self._held:
+                    self.drop_all("ZooKeeper session lost")
+                suspended_since = None
+            elif state == States.SUSPENDED:
+                suspended_since = suspended_since or time.monotonic()
+                if time.monotonic() - suspended_since > give_up_s and self._held:
+                    self.drop_all(f"disconnected from ZooKeeper for over {give_up_s:.1f} s")
+            else:
+                suspended_since = None
+            await asyncio.sleep(0.05)
+
+    async def _leave(self) -> None:
+        """Release every slot so others take them at once, then end the session."""
+        zk = self.zk
+        if zk is None:
+            return
+        for slot in sorted(self._held):
+            try:
+                await asyncio.wait_for(self._release(slot), 5)
+            except (exc.ZKError, TimeoutError, ConnectionError) as error:
+                log.warning("could not release slot %d: %s", slot, error)
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self.member = None
+        try:
+            await asyncio.wait_for(zk.close(), 5)
+        except (exc.ZKError, TimeoutError, ConnectionError):
+            pass
+        self.zk = None

@@ -54,7 +54,7 @@ class Dispatcher:
     ) -> None:
         self.settings = settings
         self.scripts = scripts
-        self.publisher = Publisher(producer)
+        self.publisher = Publisher(producer, settings.node_id)
         self.ownership = ownership
         self.scanner = scanner
         self.inbox = inbox

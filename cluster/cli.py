@@ -2,7 +2,9 @@
 
     delayq services up|down|status|env   the local development stack
     delayq db migrate                    create or update the MySQL schema
-    delayq node                          run a node until SIGTERM/SIGINT
+    delayq node                          run a node until SIGTERM/SIGINT (start more
+                                         processes, here or elsewhere, to scale)
+    delayq cluster status                members, slot map, per-slot depth
     delayq get JOB_ID                    show a job's durable record
     delayq cancel JOB_ID                 cancel a job
 
@@ -55,8 +57,19 @@ def _parser() -> argparse.ArgumentParser:
                     help="migrate: create the shard databases and tables (idempotent)")
 
     commands.add_parser("node", help="run a node until SIGTERM or SIGINT",
-                        description="Run a node: scan, move, dispatch, reap and record "
-                        "every slot it owns. SIGTERM stops it cleanly.")
+                        description="Run a node: join the cluster in ZooKeeper, take its "
+                        "share of the slots, and scan, move, dispatch, reap and record "
+                        "them. Start more nodes (on this machine or others, with the same "
+                        "settings) to scale; SIGTERM hands its slots over cleanly.")
+
+    cluster = commands.add_parser(
+        "cluster", help="cluster state",
+        description="status: the live members (ZooKeeper), which member owns which slot "
+        "with its epoch, and each slot's depth in Redis (delay, ready, in flight, dead) "
+        "and how late its most overdue job already is.",
+    )
+    cluster.add_argument("action", choices=["status"])
+    cluster.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     get = commands.add_parser("get", help="print a job's durable record as JSON")
     get.add_argument("job_id")
@@ -88,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from cluster.node import run_node
 
             return _run(run_node(settings))
+        if args.command == "cluster":
+            return _run(_cluster_status(settings, args.json))
         if args.command == "get":
             return _run(_get(settings, args.job_id))
         if args.command == "cancel":
@@ -115,6 +130,17 @@ async def _migrate(settings: Settings) -> int:
         await store.close()
     print(f"schema ready: {len(tables)} job table(s) in "
           f"{settings.mysql_databases} database(s)")
+    return 0
+
+
+async def _cluster_status(settings: Settings, as_json: bool) -> int:
+    from cluster.status import read_status, render
+
+    status = await read_status(settings)
+    if as_json:
+        print(orjson.dumps(status.as_dict(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(render(status))
     return 0
 
 

@@ -4,7 +4,8 @@ aiokafka's per-record send() creates a future and takes a lock per record; for a
 of hundreds of jobs it is cheaper to fill one BatchBuilder per (topic, partition) and
 submit each batch once. Records are partitioned by key with Kafka's default murmur2
 partitioner, so a key lands on the same partition as with any other Kafka producer.
-Every job gets the future of the batch it went into.
+Every job gets the future of the batch it went into. Each record carries the header
+"delayq-node" naming the node that published it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
@@ -27,9 +29,10 @@ def _failed(exc: BaseException) -> asyncio.Future[object]:
 
 
 class Publisher:
-    def __init__(self, producer: AIOKafkaProducer) -> None:
+    def __init__(self, producer: AIOKafkaProducer, node_id: str) -> None:
         self.producer = producer
         self.partitioner = DefaultPartitioner()
+        self.headers = [("delayq-node", node_id.encode())]
 
     async def publish(self, fires: Sequence[Fire]) -> list[asyncio.Future[object]]:
         """Hand every record to the producer; returns one future per record (records
@@ -62,17 +65,23 @@ class Publisher:
         members: list[int] = []
         for index in indexes:
             fire = fires[index]
-            if batch.append(key=fire.key, value=fire.value, timestamp=None) is None:
+            if not self._append(batch, fire):
                 if members:  # the batch is full: send it and start another
                     await self._submit(batch, topic, partition, members, futures)
                     batch, members = self.producer.create_batch(), []
-                if batch.append(key=fire.key, value=fire.value, timestamp=None) is None:
+                if not self._append(batch, fire):
                     futures[index] = _failed(MessageSizeTooLargeError(
                         f"record of {len(fire.value)} bytes does not fit a batch"))
                     continue
             members.append(index)
         if members:
             await self._submit(batch, topic, partition, members, futures)
+
+    def _append(self, batch: Any, fire: Fire) -> bool:
+        """Add a record to the batch; False when it does not fit."""
+        added = batch.append(key=fire.key, value=fire.value, timestamp=None,
+                             headers=self.headers)
+        return added is not None
 
     async def _submit(
         self, batch: object, topic: str, partition: int, members: list[int],

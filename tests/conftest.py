@@ -141,6 +141,7 @@ class Collector:
             for message in messages:
                 record = orjson.loads(message.value)
                 record["received_ms"] = received_ms
+                record["node"] = dict(message.headers).get("delayq-node", b"").decode()
                 self.records.append(record)
                 self.keys.append(message.key)
                 count += 1

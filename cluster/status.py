@@ -1,0 +1,134 @@
+"""`delayq cluster status`: members, the slot map, per-slot depth and the oldest overdue job.
+
+Reads ZooKeeper (members, slot owners and epochs) and Redis (one pipelined round trip
+for the depths of every slot); changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import orjson
+from aiozk import ZKClient, exc
+
+from cluster.config import Settings
+from cluster.keys import KeySpace
+from cluster.membership import cluster_root
+from cluster.redis_conn import connect_redis
+
+
+@dataclass(frozen=True)
+class SlotStatus:
+    slot: int
+    owner: str | None  # member name
+    owner_node: str | None
+    epoch: int  # ZooKeeper's
+    redis_epoch: int  # the owner key in Redis (fencing)
+    delay: int
+    ready: int
+    inflight: int
+    dead: int
+    overdue_ms: int  # how late its most overdue job is already (0 when none)
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    root: str
+    slots: int
+    members: dict[str, dict[str, Any]]
+    slot_status: list[SlotStatus]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def read_status(settings: Settings) -> ClusterStatus:
+    root = cluster_root(settings)
+    zk = ZKClient(settings.zk_hosts, session_timeout=settings.zk_session_timeout_ms / 1000)
+    await zk.start()
+    try:
+        try:
+            config = orjson.loads(await zk.get_data(f"{root}/config"))
+        except exc.NoNode:
+            raise RuntimeError(f"no delayq cluster at {root} in ZooKeeper "
+                               f"{settings.zk_hosts}: no node has joined yet") from None
+        slots = int(config["slots"])
+        members: dict[str, dict[str, Any]] = {}
+        for name in sorted(await zk.get_children(f"{root}/members")):
+            try:
+                members[name] = orjson.loads(await zk.get_data(f"{root}/members/{name}"))
+            except exc.NoNode:
+                pass  # left while we looked
+        owners: list[tuple[str | None, str | None, int]] = []
+        for slot in range(slots):
+            data, stat = await zk.get(f"{root}/slots/{slot}")
+            record = orjson.loads(data) if data else {}
+            owners.append((record.get("owner"), record.get("node_id"), int(stat.version)))
+    finally:
+        await zk.close()
+    depths = await _depths(settings, slots)
+    return ClusterStatus(root, slots, members, [
+        SlotStatus(slot, owner, node if owner else None, epoch, *depths[slot])
+        for slot, (owner, node, epoch) in enumerate(owners)
+    ])
+
+
+async def _depths(settings: Settings, slots: int) -> list[tuple[int, int, int, int, int, int]]:
+    """Per slot: (redis epoch, delay, ready, inflight, dead, overdue ms)."""
+    keys = KeySpace(settings.key_prefix)
+    redis = connect_redis(settings.redis_url)
+    try:
+        seconds, micros = await redis.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        pipe = redis.pipeline(transaction=False)
+        for slot in range(slots):
+            k = keys.slot(slot)
+            pipe.get(k.owner)
+            pipe.zcard(k.delay)
+            pipe.llen(k.ready)
+            pipe.zcard(k.inflight)
+            pipe.zcard(k.dead)
+            pipe.zrange(k.delay, 0, 0, withscores=True)
+            pipe.lindex(k.ready, 0)
+        replies = await pipe.execute()
+        # The head of a ready list is due already; its due time is in its envelope.
+        heads = {slot: replies[slot * 7 + 6] for slot in range(slots) if replies[slot * 7 + 6]}
+        pipe = redis.pipeline(transaction=False)
+        for slot, member in heads.items():
+            pipe.hget(keys.slot(slot).jobs, member[12:])
+        envelopes = dict(zip(heads, await pipe.execute(), strict=True))
+    finally:
+        await redis.aclose()
+    result = []
+    for slot in range(slots):
+        epoch, delay, ready, inflight, dead, head, _ = replies[slot * 7 : slot * 7 + 7]
+        due_times = [int(head[0][1])] if head else []
+        if envelopes.get(slot):
+            due_times.append(int(envelopes[slot].split(b"|", 3)[2]))
+        overdue = max((now_ms - due for due in due_times if due <= now_ms), default=0)
+        result.append((int(epoch or 0), delay, ready, inflight, dead, overdue))
+    return result
+
+
+def render(status: ClusterStatus) -> str:
+    lines = [f"cluster {status.root}: {status.slots} slots, {len(status.members)} member(s)"]
+    for name, info in status.members.items():
+        owned = sum(1 for s in status.slot_status if s.owner == name)
+        lines.append(f"  {name}  node {info.get('node_id')}  pid {info.get('pid')}  "
+                     f"host {info.get('host')}  slots {owned}")
+    lines.append("")
+    lines.append(f"{'slot':>5} {'owner':<14} {'epoch':>6} {'delay':>9} {'ready':>7} "
+                 f"{'inflight':>8} {'dead':>6} {'overdue':>9}")
+    for s in status.slot_status:
+        owner = s.owner if s.owner in status.members else f"({s.owner or '-'})"
+        lines.append(f"{s.slot:>5} {owner:<14} {s.epoch:>6} {s.delay:>9} {s.ready:>7} "
+                     f"{s.inflight:>8} {s.dead:>6} {s.overdue_ms / 1000:>8.3f}s")
+    totals = [sum(getattr(s, f) for s in status.slot_status)
+              for f in ("delay", "ready", "inflight", "dead")]
+    worst = max(status.slot_status, key=lambda s: s.overdue_ms, default=None)
+    lines.append(f"total: delay {totals[0]}, ready {totals[1]}, in flight {totals[2]}, "
+                 f"dead {totals[3]}; oldest overdue job: "
+                 + (f"{worst.overdue_ms} ms late in slot {worst.slot}"
+                    if worst and worst.overdue_ms else "none"))
+    return "\n".join(lines)

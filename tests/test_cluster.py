@@ -1,0 +1,90 @@
+"""Cluster membership with nodes in this process, against real ZooKeeper and Redis."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.client import DelayClient, Job
+from cluster.config import Settings
+from cluster.keys import KeySpace
+from cluster.membership import ClusterConfigError, Membership
+from cluster.node import Node
+from cluster.redis_conn import RedisClient
+from cluster.scripts import Scripts
+from cluster.status import read_status, render
+from tests.conftest import Collector, wait_for
+
+
+def owned(node: Node) -> frozenset[int]:
+    assert node.parts is not None
+    return node.parts.membership.owned()
+
+
+async def test_a_node_with_another_slot_count_is_refused(
+    settings: Settings, redis: RedisClient
+) -> None:
+    first = Membership(settings, Scripts(redis, KeySpace(settings.key_prefix)))
+    await first.join()
+    try:
+        other = settings.replace(slots=settings.slots * 2)
+        second = Membership(other, Scripts(redis, KeySpace(other.key_prefix)))
+        with pytest.raises(ClusterConfigError, match=f"has {settings.slots} slots"):
+            await second.join()
+        with pytest.raises(ClusterConfigError):
+            await Node(other).start()
+    finally:
+        await first._leave()
+
+
+async def test_two_nodes_split_the_slots_and_hand_them_over_on_stop(
+    settings: Settings, redis: RedisClient
+) -> None:
+    a = Node(settings.replace(node_id="node-a"))
+    await a.start()
+    b: Node | None = None
+    try:
+        async def a_owns_all() -> bool:
+            return len(owned(a)) == settings.slots
+
+        assert await wait_for(a_owns_all, timeout_s=20)
+        b = Node(settings.replace(node_id="node-b"))
+        await b.start()
+
+        async def split() -> bool:
+            assert b is not None
+            return len(owned(a)) == len(owned(b)) == settings.slots // 2
+
+        assert await wait_for(split, timeout_s=30)
+        assert owned(a) | owned(b) == frozenset(range(settings.slots))
+
+        status = await read_status(settings)
+        assert len(status.members) == 2
+        nodes = {s.slot: s.owner_node for s in status.slot_status}
+        assert {slot for slot, node in nodes.items() if node == "node-b"} == owned(b)
+        # The epoch in Redis (fencing) is the one ZooKeeper issued.
+        assert all(s.redis_epoch == s.epoch > 0 for s in status.slot_status)
+        assert "2 member(s)" in render(status)
+
+        await b.stop()  # releases its slots: a takes them without a session timeout
+        assert await wait_for(a_owns_all, timeout_s=10)
+    finally:
+        await a.stop()
+        if b is not None:
+            await b.stop()
+
+
+async def test_jobs_fire_once_across_two_nodes(
+    settings: Settings, client: DelayClient, topic: str, collector: Collector
+) -> None:
+    nodes = [Node(settings.replace(node_id=f"n{i}")) for i in range(2)]
+    for node in nodes:
+        await node.start()
+    try:
+        ids = await client.schedule_many([Job(topic, i, delay=1.0) for i in range(2000)])
+        records = await collector.until(2000, timeout_s=60)
+        await collector.quiet_for(1.0)
+    finally:
+        for node in nodes:
+            await node.stop()
+    assert sorted(str(r["job_id"]) for r in records) == sorted(ids)
+    assert {r["node"] for r in records} == {"n0", "n1"}

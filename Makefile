@@ -24,9 +24,11 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# The whole suite against the real local stack, which the tests start themselves.
+# The whole suite against the real local stack, which the tests start themselves:
+# once with a single Redis, once with a three-master Redis Cluster.
 test: lint
 	$(BIN)/pytest -q -p no:cacheprovider
+	DELAYQ_TEST_REDIS_CLUSTER=1 $(BIN)/pytest -q -p no:cacheprovider
 
 # The suite without the node-process (kill/restart) tests.
 test-fast: install

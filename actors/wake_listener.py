@@ -11,7 +11,7 @@ import logging
 
 from actors.scanner import SlotScanner
 from cluster.ownership import Ownership
-from cluster.redis_conn import RedisClient
+from cluster.redis_conn import connect_subscriber
 
 log = logging.getLogger(__name__)
 
@@ -20,9 +20,9 @@ class WakeListener:
     name = "wake-listener"
 
     def __init__(
-        self, redis: RedisClient, channel: str, ownership: Ownership, scanner: SlotScanner
+        self, redis_url: str, channel: str, ownership: Ownership, scanner: SlotScanner
     ) -> None:
-        self.redis = redis
+        self.redis_url = redis_url
         self.channel = channel
         self.ownership = ownership
         self.scanner = scanner
@@ -33,7 +33,8 @@ class WakeListener:
 
     async def run(self) -> None:
         self._stopping.clear()
-        pubsub = self.redis.pubsub()
+        redis = connect_subscriber(self.redis_url)
+        pubsub = redis.pubsub()
         try:
             await pubsub.subscribe(self.channel)
             # Anything published before the subscription is caught by a full rescan.
@@ -45,6 +46,7 @@ class WakeListener:
                     self._on_message(message["data"])
         finally:
             await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await redis.aclose()
 
     def _on_message(self, data: bytes) -> None:
         try:

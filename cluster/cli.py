@@ -51,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     services.add_argument("action", choices=["up", "down", "status", "env"])
     services.add_argument("--purge", action="store_true",
                           help="with down: also delete the state folder")
+    services.add_argument("--redis-cluster", action="store_true",
+                          help="also run a three-master Redis Cluster (ports 17001-17003); "
+                          "with env: point DELAYQ_REDIS_URL at it")
 
     db = commands.add_parser("db", help="database schema")
     db.add_argument("action", choices=["migrate"],
@@ -86,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "services":
         from cluster import services
 
-        return services.run(args.action, purge=args.purge)
+        return services.run(args.action, purge=args.purge, redis_cluster=args.redis_cluster)
     if args.config:
         os.environ["DELAYQ_CONFIG"] = args.config
     try:

@@ -35,7 +35,7 @@ from cluster.jobs import (
 )
 from cluster.keys import KeySpace, slot_of
 from cluster.mysql_store import JobRecord, MySQLStore
-from cluster.redis_conn import RedisClient, connect_redis
+from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import NewJob, Scripts
 
 __all__ = ["DelayClient", "InvalidJob", "Job", "JobRecord", "JobStatus"]
@@ -65,7 +65,7 @@ class DelayClient:
         if self._scripts is not None:
             return
         await self.mysql.open()
-        self._redis = connect_redis(self.settings.redis_url)
+        self._redis = await open_redis(self.settings.redis_url)
         self._scripts = Scripts(self._redis, self.keys)
 
     async def close(self) -> None:

@@ -73,7 +73,10 @@ class Membership:
         self.root = cluster_root(settings)
         self.zk: ZKClient | None = None
         self.member: str | None = None
-        self._held: dict[int, int] = {}  # slot → epoch
+        self._held: dict[int, int] = {}  # slot → epoch: the slots actors work on
+        # slot → znode version of every slot ZooKeeper names this member as owner of;
+        # a superset of _held (a take whose Redis step failed is here, not there).
+        self._claimed: dict[int, int] = {}
         self._stopping = False
         self._wake = asyncio.Event()
         self._watchdog: asyncio.Task[None] | None = None
@@ -189,12 +192,13 @@ class Membership:
         if self.member not in members:
             # Our ephemeral znode is gone: the session expired. Rejoin as a new member.
             self.drop_all(f"member {self.member} is gone (session expired)")
+            self._claimed.clear()  # its claims name a dead member: anyone may take them
             self.member = None
             await self._register()
             return
         mine = {slot for slot, m in assign(self.settings.slots, members).items()
                 if m == self.member}
-        for slot in sorted(set(self._held) - mine):
+        for slot in sorted(set(self._claimed) - mine):
             await self._release(slot)
         for slot in sorted(mine - set(self._held)):
             if self._stopping or self.member is None:
@@ -202,19 +206,21 @@ class Membership:
             await self._take(slot, set(members))
 
     async def _release(self, slot: int) -> None:
-        epoch = self._held.pop(slot)  # actors stop scanning, moving and claiming it now
-        try:
-            await asyncio.wait_for(
-                self.quiesce(slot), self.settings.kafka_request_timeout_ms / 1000 * 2
-            )
-        except TimeoutError:
-            log.warning("slot %d: rounds still in flight at hand-off", slot)
+        version = self._claimed[slot]
+        if self._held.pop(slot, None) is not None:  # actors stop working on it now
+            try:
+                await asyncio.wait_for(
+                    self.quiesce(slot), self.settings.kafka_request_timeout_ms / 1000 * 2
+                )
+            except TimeoutError:
+                log.warning("slot %d: rounds still in flight at hand-off", slot)
         path = f"{self.root}/slots/{slot}"
         try:
-            await self._zk().set(path, orjson.dumps({"owner": None}), version=epoch)
-            log.info("released slot %d (epoch %d)", slot, epoch)
+            await self._zk().set(path, orjson.dumps({"owner": None}), version=version)
+            log.info("released slot %d (epoch %d)", slot, version)
         except exc.BadVersion:
             pass  # someone took it already: nothing of ours to release
+        self._claimed.pop(slot, None)
 
     async def _take(self, slot: int, live: set[str]) -> None:
         zk = self._zk()
@@ -231,6 +237,7 @@ class Membership:
         except exc.BadVersion:
             return  # changed meanwhile; look again on the next pass
         epoch = int(new.version)
+        self._claimed[slot] = epoch
         if not await self.scripts.take(slot, epoch):
             log.error("slot %d: Redis holds an epoch newer than %d; was ZooKeeper reset?",
                       slot, epoch)
@@ -266,7 +273,7 @@ class Membership:
         zk = self.zk
         if zk is None:
             return
-        for slot in sorted(self._held):
+        for slot in sorted(self._claimed):
             try:
                 await asyncio.wait_for(self._release(slot), 5)
             except (exc.ZKError, TimeoutError, ConnectionError) as error:

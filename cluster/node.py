@@ -29,7 +29,7 @@ from cluster.config import Settings
 from cluster.keys import KeySpace
 from cluster.membership import Membership
 from cluster.mysql_store import MySQLStore
-from cluster.redis_conn import RedisClient, connect_redis
+from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class Node:
     async def start(self) -> None:
         s = self.settings
         await self.mysql.open()
-        redis = connect_redis(s.redis_url)
+        redis = await open_redis(s.redis_url)
         scripts = Scripts(redis, self.keys)
         producer = make_producer(s)
         membership = Membership(s, scripts)
@@ -94,7 +94,7 @@ class Node:
         recorder = Recorder(
             scripts, self.mysql, membership, s.record_batch, s.record_interval_ms
         )
-        listener = WakeListener(redis, self.keys.wake_channel, membership, scanner)
+        listener = WakeListener(s.redis_url, self.keys.wake_channel, membership, scanner)
         membership.on_acquired = lambda slot: scanner.wake(slot, 0)
         membership.quiesce = dispatcher.wait_idle
         # Stop order: sources of work first, finishers last; membership releases the

@@ -15,13 +15,25 @@ RedisClient = Redis | RedisCluster
 CLUSTER_SCHEME = "redis+cluster"
 
 
-def connect_redis(url: str) -> RedisClient:
-    """A client that returns bytes (delayq decodes only what it needs)."""
+async def open_redis(url: str) -> RedisClient:
+    """A client that returns bytes (delayq decodes only what it needs). A cluster client
+    learns the slot map before it is returned: concurrent first calls on an
+    uninitialised redis-py cluster client race and fail."""
     scheme = urlparse(url).scheme
     if scheme == CLUSTER_SCHEME:
-        return RedisCluster.from_url(
+        cluster = RedisCluster.from_url(
             url.replace(f"{CLUSTER_SCHEME}://", "redis://", 1), decode_responses=False
         )
+        await cluster.initialize()
+        return cluster
     if scheme not in ("redis", "rediss", "unix"):
         raise ConfigError(f"redis_url must start with redis://, rediss:// or {CLUSTER_SCHEME}://")
+    return Redis.from_url(url, decode_responses=False)
+
+
+def connect_subscriber(url: str) -> Redis:
+    """A plain connection for SUBSCRIBE. On a Redis Cluster a PUBLISH (even from a
+    script) reaches the subscribers of every node, so the node named in the URL will do."""
+    if urlparse(url).scheme == CLUSTER_SCHEME:
+        url = url.replace(f"{CLUSTER_SCHEME}://", "redis://", 1)
     return Redis.from_url(url, decode_responses=False)

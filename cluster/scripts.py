@@ -6,11 +6,13 @@ The methods here are thin: they name the keys of a slot and convert the replies.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.resources
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -107,6 +109,15 @@ class Scripts:
                 if _is_fenced(exc):
                     return [exc]
                 raise
+        if isinstance(self.redis, RedisCluster):
+            # redis-py's cluster pipeline refuses EVALSHA: run the calls concurrently.
+            replies = await asyncio.gather(
+                *(self._call(name, keys, args) for keys, args in calls), return_exceptions=True
+            )
+            for reply in replies:
+                if isinstance(reply, BaseException) and not _is_fenced(reply):
+                    raise reply
+            return list(replies)
         script = self._scripts[name]
         for attempt in range(2):
             pipe = self.redis.pipeline(transaction=False)

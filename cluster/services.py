@@ -44,6 +44,8 @@ from typing import Any
 HOST = "127.0.0.1"
 DEFAULT_PORTS: dict[str, int] = {"redis": 16379, "mysql": 13306, "zookeeper": 12181,
                                  "kafka": 19092}
+# With --redis-cluster (or DELAYQ_SERVICES_REDIS_CLUSTER=1): three cluster masters.
+CLUSTER_PORTS: dict[str, int] = {"redis-c1": 17001, "redis-c2": 17002, "redis-c3": 17003}
 MYSQL_DATABASE = "delayq"
 MYSQL_USER = "delayq"
 MYSQL_PASSWORD = "delayq"
@@ -110,7 +112,7 @@ def service_port(name: str) -> int:
     variable = f"DELAYQ_SERVICES_{name.upper()}_PORT"
     raw = os.environ.get(variable)
     if raw is None:
-        return DEFAULT_PORTS[name]
+        return {**DEFAULT_PORTS, **CLUSTER_PORTS}[name]
     try:
         port = int(raw)
     except ValueError:
@@ -120,10 +122,24 @@ def service_port(name: str) -> int:
     return port
 
 
-def services() -> list[Service]:
-    """The stack in start order (stopped in reverse)."""
+def redis_cluster_wanted() -> bool:
+    """Whether the stack includes the three-master Redis Cluster."""
+    return os.environ.get("DELAYQ_SERVICES_REDIS_CLUSTER", "").lower() in ("1", "true", "yes")
+
+
+def services(*, with_cluster: bool | None = None) -> list[Service]:
+    """The stack in start order (stopped in reverse). The Redis Cluster masters are
+    included when wanted, or (with_cluster=None) when an earlier `up` created them."""
     root = state_dir()
+    if with_cluster is None:
+        with_cluster = redis_cluster_wanted() or (root / "redis-c1").exists()
+    cluster = [
+        Service(name, service_port(name), root, "redis-server",
+                _redis_prepare, _redis_cluster_command, _redis_probe)
+        for name in CLUSTER_PORTS
+    ] if with_cluster else []
     return [
+        *cluster,
         Service("redis", service_port("redis"), root, "redis-server",
                 _redis_prepare, _redis_command, _redis_probe),
         Service("mysql", service_port("mysql"), root, "mariadbd",
@@ -136,10 +152,13 @@ def services() -> list[Service]:
 
 
 def stack_env() -> dict[str, str]:
-    """The DELAYQ_* settings that point a client or node at this stack."""
+    """The DELAYQ_* settings that point a client or node at this stack (at the Redis
+    Cluster instead of the single Redis when it is wanted)."""
     ports = {name: service_port(name) for name in DEFAULT_PORTS}
+    redis_url = (f"redis+cluster://{HOST}:{service_port('redis-c1')}"
+                 if redis_cluster_wanted() else f"redis://{HOST}:{ports['redis']}/0")
     return {
-        "DELAYQ_REDIS_URL": f"redis://{HOST}:{ports['redis']}/0",
+        "DELAYQ_REDIS_URL": redis_url,
         "DELAYQ_MYSQL_URL": (f"mysql://{MYSQL_USER}:{MYSQL_PASSWORD}@{HOST}:{ports['mysql']}"
                              f"/{MYSQL_DATABASE}"),
         "DELAYQ_KAFKA_BOOTSTRAP": f"{HOST}:{ports['kafka']}",
@@ -169,6 +188,43 @@ def _redis_command(svc: Service) -> list[str]:
         "--daemonize", "no",
         "--logfile", str(svc.log_file),
     ]
+
+
+def _redis_cluster_command(svc: Service) -> list[str]:
+    return [
+        *_redis_command(svc),
+        "--cluster-enabled", "yes",
+        "--cluster-config-file", str(svc.dir / "nodes.conf"),
+        "--cluster-node-timeout", "5000",
+    ]
+
+
+def _form_redis_cluster() -> None:
+    """Join the three masters into one cluster (once; they remember it in nodes.conf)
+    and wait until every hash slot is served."""
+    cli = _require_program("redis-cli", "redis-server")
+    ports = [service_port(name) for name in CLUSTER_PORTS]
+
+    def state(port: int) -> str:
+        out = subprocess.run([cli, "-h", HOST, "-p", str(port), "cluster", "info"],
+                             capture_output=True, text=True, timeout=10).stdout
+        return "ok" if "cluster_state:ok" in out else out.split("cluster_slots_assigned:")[-1]
+
+    if state(ports[0]) != "ok" and state(ports[0]).startswith("0"):
+        result = subprocess.run(
+            [cli, "--cluster", "create", *(f"{HOST}:{p}" for p in ports),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            capture_output=True, text=True, timeout=60,
+        )
+        if result.returncode != 0:
+            raise ServicesError(f"redis-cli --cluster create failed: {result.stdout[-500:]}"
+                                f"{result.stderr[-500:]}")
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not all(state(port) == "ok" for port in ports):
+        if time.monotonic() > deadline:
+            raise ServicesError("the Redis Cluster did not reach cluster_state:ok")
+        time.sleep(_POLL_S)
+    print(f"{'cluster':<12}{HOST}:{ports[0]:<6}  redis cluster of 3 masters ready", flush=True)
 
 
 def _redis_probe(svc: Service) -> None:
@@ -716,6 +772,8 @@ def up() -> None:
         _say(svc, message)
     if errors:
         raise ServicesError("\n".join(errors))
+    if redis_cluster_wanted():
+        _form_redis_cluster()
 
 
 def _stop_pid(pid: int) -> bool:
@@ -779,8 +837,11 @@ def env_lines() -> list[str]:
     return [f"export {name}={shlex.quote(value)}" for name, value in stack_env().items()]
 
 
-def run(command: str, *, purge: bool = False) -> int:
-    """Run ``up``, ``down``, ``status`` or ``env``; return the process exit code."""
+def run(command: str, *, purge: bool = False, redis_cluster: bool = False) -> int:
+    """Run ``up``, ``down``, ``status`` or ``env``; return the process exit code.
+    ``redis_cluster`` adds the three-master Redis Cluster (and points ``env`` at it)."""
+    if redis_cluster:
+        os.environ["DELAYQ_SERVICES_REDIS_CLUSTER"] = "1"
     try:
         if command == "up":
             up()

@@ -15,7 +15,7 @@ from aiozk import ZKClient, exc
 from cluster.config import Settings
 from cluster.keys import KeySpace
 from cluster.membership import cluster_root
-from cluster.redis_conn import connect_redis
+from cluster.redis_conn import open_redis
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ async def read_status(settings: Settings) -> ClusterStatus:
 async def _depths(settings: Settings, slots: int) -> list[tuple[int, int, int, int, int, int]]:
     """Per slot: (redis epoch, delay, ready, inflight, dead, overdue ms)."""
     keys = KeySpace(settings.key_prefix)
-    redis = connect_redis(settings.redis_url)
+    redis = await open_redis(settings.redis_url)
     try:
         seconds, micros = await redis.time()
         now_ms = int(seconds) * 1000 + int(micros) // 1000

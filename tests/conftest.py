@@ -2,7 +2,8 @@
 isolation by a fresh Redis key prefix and a fresh Kafka topic.
 
 Set DELAYQ_TEST_EXTERNAL=1 to test against services already named by DELAYQ_* variables
-instead of starting the local stack.
+instead of starting the local stack, and DELAYQ_TEST_REDIS_CLUSTER=1 to run the suite
+against the local three-master Redis Cluster instead of the single Redis.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from cluster.client import DelayClient
 from cluster.config import Settings
 from cluster.mysql_store import MySQLStore
 from cluster.node import Node
-from cluster.redis_conn import RedisClient, connect_redis
+from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import Scripts
 
 TOPIC_PARTITIONS = 3
@@ -41,6 +42,8 @@ def stack_env() -> Iterator[dict[str, str]]:
     if os.environ.get("DELAYQ_TEST_EXTERNAL") == "1":
         yield {}
         return
+    if os.environ.get("DELAYQ_TEST_REDIS_CLUSTER") == "1":
+        os.environ["DELAYQ_SERVICES_REDIS_CLUSTER"] = "1"
     services.up()
     env = services.stack_env()
     saved = {key: os.environ.get(key) for key in env}
@@ -74,7 +77,7 @@ def settings(migrated: None) -> Settings:
 
 @pytest.fixture
 async def redis(settings: Settings) -> AsyncIterator[RedisClient]:
-    client = connect_redis(settings.redis_url)
+    client = await open_redis(settings.redis_url)
     yield client
     await client.aclose()
 

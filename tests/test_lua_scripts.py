@@ -6,10 +6,11 @@ import asyncio
 
 import pytest
 
+from cluster.config import Settings
 from cluster.envelope import fire_of, make_tail
 from cluster.jobs import now_ms
 from cluster.keys import KeySpace
-from cluster.redis_conn import RedisClient
+from cluster.redis_conn import RedisClient, connect_subscriber
 from cluster.scripts import Fenced, NewJob, Scripts
 
 SLOT = 3
@@ -64,9 +65,10 @@ async def test_add_same_id_twice_is_one_job(
 
 
 async def test_add_wakes_only_when_earliest_moves_earlier(
-    scripts: Scripts, redis: RedisClient, k: KeySpace
+    scripts: Scripts, settings: Settings, k: KeySpace
 ) -> None:
-    pubsub = redis.pubsub()
+    subscriber = connect_subscriber(settings.redis_url)
+    pubsub = subscriber.pubsub()
     await pubsub.subscribe(k.wake_channel)
     await pubsub.get_message(timeout=1)  # the subscribe confirmation
     base = now_ms() + HOUR_MS
@@ -79,6 +81,7 @@ async def test_add_wakes_only_when_earliest_moves_earlier(
         if message:
             messages.append(message["data"])
     await pubsub.aclose()
+    await subscriber.aclose()
     assert messages == [b"%d:%d" % (SLOT, base), b"%d:%d" % (SLOT, base - 5)]
 
 

@@ -35,7 +35,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import orjson
-from aiozk import ZKClient, exc
+from aiozk import WatchEvent, ZKClient, exc
 from aiozk.states import States
 
 from cluster.assignment import assign
@@ -80,6 +80,7 @@ class Membership:
         self._stopping = False
         self._wake = asyncio.Event()
         self._watchdog: asyncio.Task[None] | None = None
+        self._members_watch: asyncio.Future[None] | None = None
         # Set by the node: a slot was acquired / wait until a slot's rounds are done.
         self.on_acquired: Callable[[int], None] = lambda slot: None
         self.quiesce: Callable[[int], Awaitable[None]] = _no_wait
@@ -188,7 +189,12 @@ class Membership:
 
     async def _reconcile(self) -> None:
         zk = self._zk()
-        members = sorted(await zk.get_children(f"{self.root}/members"))
+        path = f"{self.root}/members"
+        if self._members_watch is None or self._members_watch.done():
+            # A join or leave wakes the loop at once (the periodic pass is the fallback).
+            self._members_watch = zk.wait_for_events([WatchEvent.CHILDREN_CHANGED], path)
+            self._members_watch.add_done_callback(lambda _: self._wake.set())
+        members = sorted(await zk.get_children(path, watch=True))
         if self.member not in members:
             # Our ephemeral znode is gone: the session expired. Rejoin as a new member.
             self.drop_all(f"member {self.member} is gone (session expired)")

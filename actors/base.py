@@ -47,6 +47,14 @@ class SlotQueue:
         self._waiting.discard(slot)
         return slot
 
+    def put_nowait(self, slot: int) -> None:
+        """put() for callers that cannot wait; a full queue drops the news (the
+        periodic sweeps of the actors catch up)."""
+        if slot in self._waiting or self._queue.full():
+            return
+        self._waiting.add(slot)
+        self._queue.put_nowait(slot)
+
     def get_waiting(self) -> list[int]:
         """Every slot waiting right now, without blocking (maybe none)."""
         slots = []

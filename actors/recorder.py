@@ -45,12 +45,14 @@ class Recorder:
         ownership: Ownership,
         batch: int,
         interval_ms: int,
+        marker_retention_ms: int,
     ) -> None:
         self.scripts = scripts
         self.mysql = mysql
         self.ownership = ownership
         self.batch = batch
         self.interval_ms = interval_ms
+        self.marker_retention_ms = marker_retention_ms
         self.recorded_total = 0
         self._stopping = asyncio.Event()
 
@@ -90,7 +92,7 @@ class Recorder:
                     slot: (epochs[slot], len(outcomes),
                            [o.job_id for o in outcomes if o.status == JobStatus.FIRED])
                     for slot, outcomes in by_slot.items()
-                })
+                }, self.marker_retention_ms)
             except Exception as exc:
                 log.warning("recording outcomes failed (kept in Redis): %s", exc)
                 return False

@@ -5,6 +5,7 @@
     delayq node                          run a node until SIGTERM/SIGINT (start more
                                          processes, here or elsewhere, to scale)
     delayq cluster status                members, slot map, per-slot depth
+    delayq recover                       re-add to Redis the pending jobs it lost
     delayq get JOB_ID                    show a job's durable record
     delayq cancel JOB_ID                 cancel a job
 
@@ -74,6 +75,17 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_argument("action", choices=["status"])
     cluster.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+    recover = commands.add_parser(
+        "recover", help="re-add to Redis the pending jobs it lost, from MySQL",
+        description="Walk the pending and retrying jobs in MySQL and re-add those Redis "
+        "does not hold (after a Redis restart without persistence, FLUSHALL or a lossy "
+        "failover). Safe while nodes run: jobs Redis holds are left alone, and jobs "
+        "cancelled or fired meanwhile are not brought back. Nodes also do this by "
+        "themselves for every slot they take, and periodically.",
+    )
+    recover.add_argument("--slot", type=int, action="append",
+                         help="only this slot (repeatable); default every slot")
+
     get = commands.add_parser("get", help="print a job's durable record as JSON")
     get.add_argument("job_id")
     cancel = commands.add_parser("cancel", help="cancel a job; exit 0 if it will never fire")
@@ -106,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(run_node(settings))
         if args.command == "cluster":
             return _run(_cluster_status(settings, args.json))
+        if args.command == "recover":
+            return _run(_recover(settings, args.slot))
         if args.command == "get":
             return _run(_get(settings, args.job_id))
         if args.command == "cancel":
@@ -144,6 +158,21 @@ async def _cluster_status(settings: Settings, as_json: bool) -> int:
         print(orjson.dumps(status.as_dict(), option=orjson.OPT_INDENT_2).decode())
     else:
         print(render(status))
+    return 0
+
+
+async def _recover(settings: Settings, slots: list[int] | None) -> int:
+    from actors.reconciler import reconcile
+    from cluster.client import DelayClient
+
+    wanted = slots if slots else list(range(settings.slots))
+    if any(not 0 <= slot < settings.slots for slot in wanted):
+        print(f"delayq: slots are 0..{settings.slots - 1}", file=sys.stderr)
+        return 2
+    async with DelayClient(settings) as client:
+        result = await reconcile(settings, client.mysql, client.scripts, wanted)
+    print(f"examined {result.examined} pending job(s); re-added {result.readded}; "
+          f"refused {result.refused} (cancelled or fired meanwhile)")
     return 0
 
 

@@ -21,7 +21,6 @@ from types import TracebackType
 from typing import Any
 
 from cluster.config import Settings
-from cluster.envelope import make_tail
 from cluster.jobs import (
     InvalidJob,
     Job,
@@ -40,8 +39,6 @@ from cluster.scripts import NewJob, Scripts
 
 __all__ = ["DelayClient", "InvalidJob", "Job", "JobRecord", "JobStatus"]
 
-# How long a cancel of a job absent from Redis blocks a late add of it.
-TOMBSTONE_MS = 24 * 3600 * 1000
 PENDING_STATUSES = (int(JobStatus.PENDING), int(JobStatus.FIRING))
 MAX_BATCH = 100_000
 
@@ -161,7 +158,7 @@ class DelayClient:
             # A caller's job_id may already exist: Redis must get the row MySQL kept.
             rows = await self.mysql.get_many(sorted(keyed))
             to_add = [
-                _from_row(rows[job.job_id]) if job.job_id in rows else job
+                NewJob.from_record(rows[job.job_id]) if job.job_id in rows else job
                 for job in to_add
             ]
             pending = {
@@ -183,10 +180,10 @@ class DelayClient:
         fired, dead, or being published at this moment."""
         job_id = check_job_id(job_id)
         slot = slot_of(job_id, self.settings.slots)
-        removed = await self.scripts.cancel(slot, job_id, TOMBSTONE_MS)
+        removed = await self.scripts.cancel(slot, job_id, self.settings.marker_retention_ms)
         if removed not in (0, 1):
             return False  # in flight, dead or fired
-        # removed == 0: Redis does not hold it, and a tombstone now refuses a late add.
+        # A tombstone now refuses a late add of it (e.g. a schedule still on its way).
         changed = await self.mysql.set_status(
             job_id, JobStatus.CANCELLED, slot, from_statuses=PENDING_STATUSES
         )
@@ -218,7 +215,7 @@ class DelayClient:
         row = await self.mysql.get(job_id)
         if row is None or row.status not in PENDING_STATUSES:
             return False
-        _, statuses = await self.scripts.add(slot, [_from_row(row)])
+        _, statuses = await self.scripts.add(slot, [NewJob.from_record(row)])
         if statuses[0] == 0:
             status, _ = await self.scripts.reschedule(slot, job_id, due_ms)
             return status == 1
@@ -231,12 +228,3 @@ class DelayClient:
         the few milliseconds until its node records it.
         """
         return await self.mysql.get(check_job_id(job_id))
-
-
-def _from_row(row: JobRecord) -> NewJob:
-    return NewJob(
-        row.job_id,
-        row.due_ms,
-        row.max_attempts,
-        make_tail(row.job_id, row.topic, row.biz_id, row.biz_type, row.payload_json.encode()),
-    )

@@ -54,6 +54,8 @@ class Settings:
     dispatch_concurrency: int = 8
     record_batch: int = 2000
     record_interval_ms: int = 100
+    marker_retention_ms: int = 60000
+    reconcile_interval_ms: int = 300000
     safety_wake_ms: int = 1000
     reap_interval_ms: int = 1000
     inflight_timeout_ms: int = 30000
@@ -79,7 +81,8 @@ class Settings:
         for name in (
             "mysql_databases", "mysql_tables", "payload_max_bytes", "default_max_attempts",
             "move_batch", "claim_batch", "dispatch_concurrency", "record_batch",
-            "record_interval_ms", "safety_wake_ms", "reap_interval_ms", "inflight_timeout_ms",
+            "record_interval_ms", "marker_retention_ms", "reconcile_interval_ms",
+            "safety_wake_ms", "reap_interval_ms", "inflight_timeout_ms",
             "retry_backoff_ms", "retry_backoff_max_ms", "queue_size", "kafka_request_timeout_ms",
             "kafka_max_batch_bytes", "zk_session_timeout_ms",
         ):

@@ -11,10 +11,11 @@ Per slot:
   dead      zset  job id → time it died in ms
   jobs      hash  job id → stored envelope (see lua/add.lua for its format)
   attempts  hash  job id → attempts made so far
-  tomb      zset  cancelled job ids → cancel time ms (refuses a late add)
+  tomb      zset  cancelled job ids → cancel time ms (refuses a late add for a while)
   seq       string counter giving schedule order within one millisecond
   done      list  journal of outcomes for the MySQL recorder (format in lua/includes)
-  acked     hash  job ids fired but not yet recorded in MySQL; cancel and add check it
+  acked     zset  fired job ids → +inf until recorded in MySQL, then when the marker
+                  expires; cancel, reschedule and add check it
   owner     string the slot's current ownership epoch (fencing token; lua/take.lua)
 """
 

@@ -1,9 +1,10 @@
 """The durable record of every job in MySQL, sharded over databases × tables.
 
 A job's shard is a function of its job_id alone (cluster.keys.shard_of), so get and
-cancel need nothing else. The shard layout is stored in the delayq_meta table at
-migration time; opening a store with a different layout fails instead of silently
-looking for jobs in the wrong tables.
+cancel need nothing else. The shard layout and the cluster's key prefix are stored in
+the delayq_meta table at migration time; opening a store with a different layout fails
+instead of silently looking for jobs in the wrong tables, and one database serves one
+cluster only (another cluster's reconciler would re-add its jobs).
 """
 
 from __future__ import annotations
@@ -121,7 +122,11 @@ class MySQLStore:
             **self.conn_args,
         )
         if check_schema:
-            await self.check_layout()
+            try:
+                await self.check_layout()
+            except BaseException:
+                await self.close()
+                raise
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -184,10 +189,10 @@ class MySQLStore:
             )
             layout = await self._read_meta(cur)
             wanted = self._layout()
-            if layout and {k: layout.get(k) for k in wanted} != wanted:
+            if layout and {k: layout.get(k, wanted[k]) for k in wanted} != wanted:
                 raise SchemaError(
-                    f"database is laid out as {layout}, settings ask for {wanted}; "
-                    "the shard layout of an existing deployment cannot change"
+                    f"database is laid out as {layout}, settings ask for {wanted}; the "
+                    "shard layout and key prefix of an existing deployment cannot change"
                 )
             for d in range(self.settings.mysql_databases):
                 await cur.execute(f"CREATE DATABASE IF NOT EXISTS `{self.database_name(d)}`")
@@ -216,6 +221,7 @@ class MySQLStore:
         return {
             "databases": str(self.settings.mysql_databases),
             "tables": str(self.settings.mysql_tables),
+            "key_prefix": self.settings.key_prefix,
         }
 
     async def _read_meta(self, cur: Any) -> dict[str, str]:
@@ -235,7 +241,15 @@ class MySQLStore:
         if int(meta.get("schema_version", "0")) < SCHEMA_VERSION:
             raise SchemaError("the delayq schema is out of date: run `delayq db migrate`")
         wanted = self._layout()
-        if {k: meta.get(k) for k in wanted} != wanted:
+        if meta.get("key_prefix", wanted["key_prefix"]) != wanted["key_prefix"]:
+            raise SchemaError(
+                f"database {self.database!r} belongs to the cluster with key_prefix "
+                f"{meta.get('key_prefix')!r}, not {wanted['key_prefix']!r}: give each cluster "
+                "its own database"
+            )
+        if {k: meta.get(k) for k in ("databases", "tables")} != {
+            k: wanted[k] for k in ("databases", "tables")
+        }:
             raise SchemaError(
                 f"the database holds a {meta.get('databases')}×{meta.get('tables')} shard "
                 f"layout but settings say {wanted['databases']}×{wanted['tables']}"
@@ -321,6 +335,24 @@ class MySQLStore:
                     [(job_id, int(JobStatus.PENDING), 0, slot, "rescheduled", now_ms())],
                 )
         return bool(changed)
+
+    async def pending_page(
+        self, shard: tuple[int, int], status: JobStatus, after: tuple[dt.datetime, str],
+        slots: Iterable[int], limit: int,
+    ) -> list[JobRecord]:
+        """Jobs of one shard in `status` and in `slots`, in (action_time, job_id) order
+        after the cursor `after`; walks the (status, action_time) index."""
+        table, _ = self._shard_tables(shard)
+        slot_list = ",".join(str(int(slot)) for slot in slots) or "NULL"
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute(
+                f"SELECT {_JOB_COLUMNS} FROM {table}"
+                f" WHERE status = %s AND slot IN ({slot_list})"
+                f" AND (action_time > %s OR (action_time = %s AND job_id > %s))"
+                f" ORDER BY action_time, job_id LIMIT %s",
+                (int(status), after[0], after[0], after[1], limit),
+            )
+            return [_record(row) for row in await cur.fetchall()]
 
     # ----- node side -----------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from actors.base import SlotQueue
 from actors.dispatcher import Dispatcher
 from actors.mover import Mover
 from actors.reaper import RetryReaper
+from actors.reconciler import Reconciler
 from actors.recorder import Recorder
 from actors.scanner import SlotScanner
 from actors.supervisor import Supervisor
@@ -60,6 +61,7 @@ class NodeParts:
     dispatcher: Dispatcher
     reaper: RetryReaper
     recorder: Recorder
+    reconciler: Reconciler
     supervisor: Supervisor
 
 
@@ -92,19 +94,27 @@ class Node:
         dispatcher = Dispatcher(s, scripts, producer, membership, scanner, dispatch_queue)
         reaper = RetryReaper(s, scripts, membership, scanner)
         recorder = Recorder(
-            scripts, self.mysql, membership, s.record_batch, s.record_interval_ms
+            scripts, self.mysql, membership, s.record_batch, s.record_interval_ms,
+            s.marker_retention_ms,
         )
         listener = WakeListener(s.redis_url, self.keys.wake_channel, membership, scanner)
-        membership.on_acquired = lambda slot: scanner.wake(slot, 0)
+        reconcile_queue = SlotQueue(s.queue_size)
+        reconciler = Reconciler(s, self.mysql, scripts, membership, reconcile_queue)
+
+        def acquired(slot: int) -> None:
+            scanner.wake(slot, 0)
+            reconcile_queue.put_nowait(slot)
+
+        membership.on_acquired = acquired
         membership.quiesce = dispatcher.wait_idle
         # Stop order: sources of work first, finishers last; membership releases the
         # slots once everything else is done with them.
         supervisor = Supervisor(
-            [listener, scanner, mover, dispatcher, reaper, recorder, membership]
+            [listener, reconciler, scanner, mover, dispatcher, reaper, recorder, membership]
         )
         self.parts = NodeParts(
             redis, producer, membership, scanner, mover, dispatcher, reaper, recorder,
-            supervisor,
+            reconciler, supervisor,
         )
         supervisor.start()
         log.info("node %s started: %d slots, kafka %s", s.node_id, s.slots, s.kafka_bootstrap)
@@ -142,6 +152,7 @@ class Node:
             "dead": p.reaper.dead_total,
             "recorded": p.recorder.recorded_total,
             "slots_owned": len(p.membership.owned()),
+            "readded": p.reconciler.readded_total,
         }
 
 

@@ -10,14 +10,18 @@ import asyncio
 import importlib.resources
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
+from cluster.envelope import make_tail
 from cluster.keys import KeySpace
 from cluster.redis_conn import RedisClient
+
+if TYPE_CHECKING:
+    from cluster.mysql_store import JobRecord
 
 _INCLUDE = re.compile(r"^--@include (\w+)$", re.MULTILINE)
 SCRIPT_NAMES = (
@@ -60,6 +64,13 @@ class NewJob:
     due_ms: int
     max_attempts: int
     tail: bytes  # see cluster/envelope.py
+
+    @classmethod
+    def from_record(cls, record: JobRecord) -> NewJob:
+        """What the add script needs, rebuilt from a job's MySQL row."""
+        tail = make_tail(record.job_id, record.topic, record.biz_id, record.biz_type,
+                         record.payload_json.encode())
+        return cls(record.job_id, record.due_ms, record.max_attempts, tail)
 
 
 @dataclass(frozen=True)
@@ -210,13 +221,17 @@ class Scripts:
             pipe.lrange(self.keys.slot(slot).done, 0, count - 1)
         return [list(entries) for entries in await pipe.execute()]
 
-    async def trim_journals(self, trims: dict[int, tuple[int, int, list[str]]]) -> set[int]:
+    async def trim_journals(
+        self, trims: dict[int, tuple[int, int, list[str]]], retention_ms: int
+    ) -> set[int]:
         """trim_journal for several slots: slot → (epoch, entries recorded, fired job
         ids). Returns the slots where it was fenced (nothing trimmed there)."""
         calls: list[tuple[list[str], list[Any]]] = []
         for slot, (epoch, count, fired_ids) in trims.items():
             k = self.keys.slot(slot)
-            calls.append(([k.owner, k.done, k.acked], [epoch, count, *fired_ids]))
+            calls.append(
+                ([k.owner, k.done, k.acked], [epoch, count, retention_ms, *fired_ids])
+            )
         replies = await self._call_many("trim_journal", calls)
         return {slot for slot, reply in zip(trims, replies, strict=True) if _is_fenced(reply)}
 
@@ -268,9 +283,9 @@ class Scripts:
         """The oldest count journal entries of a slot (left in place until trimmed)."""
         return (await self.read_journals([slot], count))[0]
     async def trim_journal(
-        self, slot: int, epoch: int, count: int, fired_ids: list[str]
+        self, slot: int, epoch: int, count: int, fired_ids: list[str], retention_ms: int
     ) -> None:
-        if await self.trim_journals({slot: (epoch, count, fired_ids)}):
+        if await self.trim_journals({slot: (epoch, count, fired_ids)}, retention_ms):
             raise Fenced(slot)
     async def cancel(self, slot: int, job_id: str, tomb_ms: int) -> int:
         k = self.keys.slot(slot)

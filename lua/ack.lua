@@ -1,6 +1,6 @@
 -- ack: jobs were published; forget them and journal "fired" for the MySQL recorder.
 -- KEYS[1] inflight zset   KEYS[2] delay zset   KEYS[3] jobs hash   KEYS[4] attempts hash
--- KEYS[5] done list   KEYS[6] acked hash   KEYS[7] dead zset
+-- KEYS[5] done list   KEYS[6] acked zset   KEYS[7] dead zset
 -- ARGV[1..] job ids
 -- Returns the number of jobs acked. A job already acked or cancelled is skipped; a job
 -- the reaper already put back for retry (or buried) is removed from the delay zset (or
@@ -23,7 +23,7 @@ for _, id in ipairs(ARGV) do
     local attempt = redis.call('HGET', attempts, id) or '1'
     redis.call('HDEL', jobs, id)
     redis.call('HDEL', attempts, id)
-    redis.call('HSET', acked, id, attempt)
+    redis.call('ZADD', acked, '+inf', id)  -- until recorded (trim_journal)
     journal(done, 2, attempt, now, id, '')
     count = count + 1
   end

@@ -1,6 +1,6 @@
 -- add: schedule jobs into one slot (idempotent per job id).
 -- KEYS[1] delay zset   KEYS[2] jobs hash   KEYS[3] seq counter   KEYS[4] tomb zset
--- KEYS[5] acked hash
+-- KEYS[5] acked zset
 -- ARGV[1] wake channel   ARGV[2] slot number
 -- ARGV[3..] groups of 4: job_id, due_ms, max_attempts, record json
 -- Returns {woke, status_1, ..., status_n}: woke is 1 when the slot's earliest due time
@@ -18,7 +18,7 @@ local new_min = nil
 for i = 0, n - 1 do
   local id, due = ARGV[3 + i * 4], ARGV[4 + i * 4]
   local status = 0
-  if redis.call('ZSCORE', tomb, id) or redis.call('HEXISTS', acked, id) == 1 then
+  if redis.call('ZSCORE', tomb, id) or redis.call('ZSCORE', acked, id) then
     status = -1
   elseif redis.call('HEXISTS', jobs, id) == 0 then
     local seq = seq_hex(first_seq + i)

@@ -1,12 +1,13 @@
 -- cancel: remove a job that has not fired, so it never fires.
 -- KEYS[1] delay zset   KEYS[2] inflight zset   KEYS[3] dead zset
--- KEYS[4] jobs hash    KEYS[5] attempts hash   KEYS[6] tomb zset   KEYS[7] acked hash
+-- KEYS[4] jobs hash    KEYS[5] attempts hash   KEYS[6] tomb zset   KEYS[7] acked zset
 -- A job already in the ready list is cancelled by deleting its envelope: claim drops
 -- ready entries without one, so the list is never searched.
 -- ARGV[1] job id   ARGV[2] tombstone lifetime ms
--- Returns 1 removed; 0 not in Redis (a tombstone now refuses a late add of it, e.g. a
--- schedule() whose Redis step is still on its way); -2 in flight (being published now:
--- too late); -3 dead; -4 fired (its MySQL status may not be recorded yet).
+-- Returns 1 removed; 0 not in Redis; -2 in flight (being published now: too late);
+-- -3 dead; -4 fired (its MySQL status may not be recorded yet). On 1 and 0 a tombstone
+-- refuses any add of the job for the lifetime given: a schedule() whose Redis step is
+-- still on its way, or the reconciler re-adding a row it read before the cancel.
 --@include common
 
 local delay, inflight, dead, jobs, attempts, tomb, acked =
@@ -14,9 +15,9 @@ local delay, inflight, dead, jobs, attempts, tomb, acked =
 local id = ARGV[1]
 local now = now_ms()
 local v = redis.call('HGET', jobs, id)
+redis.call('ZREMRANGEBYSCORE', tomb, '-inf', now - tonumber(ARGV[2]))
 if not v then
-  if redis.call('HEXISTS', acked, id) == 1 then return -4 end
-  redis.call('ZREMRANGEBYSCORE', tomb, '-inf', now - tonumber(ARGV[2]))
+  if redis.call('ZSCORE', acked, id) then return -4 end
   redis.call('ZADD', tomb, now, id)
   return 0
 end
@@ -26,4 +27,5 @@ local seq = parse_envelope(v)
 redis.call('ZREM', delay, seq .. id)
 redis.call('HDEL', jobs, id)
 redis.call('HDEL', attempts, id)
+redis.call('ZADD', tomb, now, id)
 return 1

@@ -1,6 +1,6 @@
 -- reschedule: give a job that has not fired a new due time.
 -- KEYS[1] delay zset   KEYS[2] inflight zset   KEYS[3] dead zset   KEYS[4] jobs hash
--- KEYS[5] seq counter   KEYS[6] acked hash
+-- KEYS[5] seq counter   KEYS[6] acked zset
 -- A job already in the ready list gets a new seq, which makes its ready entry stale
 -- (claim drops it), so the list is never searched.
 -- ARGV[1] wake channel   ARGV[2] slot number   ARGV[3] job id   ARGV[4] new due ms
@@ -13,7 +13,7 @@ local delay, inflight, dead, jobs, seq_key, acked =
 local id, due = ARGV[3], ARGV[4]
 local v = redis.call('HGET', jobs, id)
 if not v then
-  if redis.call('HEXISTS', acked, id) == 1 then return {-4, 0} end
+  if redis.call('ZSCORE', acked, id) then return {-4, 0} end
   return {0, 0}
 end
 if redis.call('ZSCORE', inflight, id) then return {-2, 0} end

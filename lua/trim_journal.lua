@@ -1,15 +1,27 @@
 -- trim_journal: the recorder has written the oldest COUNT journal entries to MySQL;
--- drop them, and forget the fired markers of the jobs they recorded as fired.
--- KEYS[1] owner key   KEYS[2] done list   KEYS[3] acked hash
--- ARGV[1] epoch   ARGV[2] count   ARGV[3..] ids of jobs those entries recorded as fired
+-- drop them, and let the fired markers of the jobs they recorded as fired expire after
+-- RETENTION ms (until then a reconciler that read the row as pending before the
+-- recorder wrote it still cannot re-add the job).
+-- KEYS[1] owner key   KEYS[2] done list   KEYS[3] acked zset
+-- ARGV[1] epoch   ARGV[2] count   ARGV[3] retention ms
+-- ARGV[4..] ids of jobs those entries recorded as fired
 -- Returns the journal length left. Error FENCED when ARGV[1] is not the slot's current
 -- epoch: a recorder that lost the slot must not trim entries the new owner has not
 -- recorded yet.
 --@include fence
+--@include common
 
 local done, acked = KEYS[2], KEYS[3]
+local now = now_ms()
 redis.call('LTRIM', done, tonumber(ARGV[2]), -1)
-for i = 3, #ARGV, 500 do
-  redis.call('HDEL', acked, unpack(ARGV, i, math.min(i + 499, #ARGV)))
+local expires = now + tonumber(ARGV[3])
+for i = 4, #ARGV, 500 do
+  local args = {}
+  for j = i, math.min(i + 499, #ARGV) do
+    args[#args + 1] = expires
+    args[#args + 1] = ARGV[j]
+  end
+  redis.call('ZADD', acked, 'XX', unpack(args))
 end
+redis.call('ZREMRANGEBYSCORE', acked, '-inf', now)
 return redis.call('LLEN', done)

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
+import aiomysql
 import orjson
 import pytest
 import uvloop
@@ -23,7 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from cluster import services
 from cluster.client import DelayClient
 from cluster.config import Settings
-from cluster.mysql_store import MySQLStore
+from cluster.mysql_store import MySQLStore, parse_mysql_url
 from cluster.node import Node
 from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import Scripts
@@ -56,23 +57,29 @@ def stack_env() -> Iterator[dict[str, str]]:
             os.environ[key] = value
 
 
-@pytest.fixture(scope="session")
-async def migrated(stack_env: dict[str, str]) -> None:
-    store = MySQLStore(Settings.from_env(), "tests")
+@pytest.fixture
+async def settings(stack_env: dict[str, str]) -> AsyncIterator[Settings]:
+    """Settings of the stack with a key prefix and a MySQL database of this test's own
+    (one database serves one cluster)."""
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    base = Settings.from_env()
+    database = f"delayq_{prefix}"
+    url = base.mysql_url.rsplit("/", 1)[0] + f"/{database}"
+    conn = await aiomysql.connect(**{**parse_mysql_url(base.mysql_url), "db": None})
+    async with conn.cursor() as cur:
+        await cur.execute(f"CREATE DATABASE `{database}`")
+    settings = base.replace(key_prefix=prefix, mysql_url=url,
+                            node_id=f"test-{uuid.uuid4().hex[:6]}")
+    store = MySQLStore(settings, "tests")
     await store.open(check_schema=False)
     try:
         await store.migrate()
     finally:
         await store.close()
-
-
-@pytest.fixture
-def settings(migrated: None) -> Settings:
-    """Settings of the stack with a key prefix of this test's own."""
-    return Settings.from_env().replace(
-        key_prefix=f"t{uuid.uuid4().hex[:10]}",
-        node_id=f"test-{uuid.uuid4().hex[:6]}",
-    )
+    yield settings
+    async with conn.cursor() as cur:
+        await cur.execute(f"DROP DATABASE `{database}`")
+    conn.close()
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ class NodeProcess:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self.log = self.log_path.open("ab")
-        env = {**os.environ, **FAST_FAILOVER,
-               "DELAYQ_KEY_PREFIX": settings.key_prefix, "DELAYQ_NODE_ID": name}
+        env = {**os.environ, **FAST_FAILOVER, "DELAYQ_KEY_PREFIX": settings.key_prefix,
+               "DELAYQ_MYSQL_URL": settings.mysql_url, "DELAYQ_NODE_ID": name}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cluster.cli", "node"],
             env=env, stdout=self.log, stderr=subprocess.STDOUT,

@@ -8,8 +8,10 @@ import uuid
 import pytest
 
 from cluster.client import DelayClient, InvalidJob, Job, JobStatus
+from cluster.config import Settings
 from cluster.jobs import now_ms
 from cluster.keys import slot_of
+from cluster.mysql_store import SchemaError
 from cluster.redis_conn import RedisClient
 
 
@@ -144,3 +146,10 @@ async def test_reschedule_readds_a_pending_job_redis_lost(
     record = await client.get(job_id)
     assert record is not None
     assert await delay_scores(client, redis, job_id) == [record.due_ms]
+
+
+async def test_a_database_serves_one_cluster_only(settings: Settings) -> None:
+    other = DelayClient(settings.replace(key_prefix="another-cluster"))
+    with pytest.raises(SchemaError, match="belongs to the cluster with key_prefix"):
+        await other.open()
+    await other.close()

@@ -89,7 +89,7 @@ async def test_add_refuses_a_tombstoned_or_just_fired_job(
     scripts: Scripts, redis: RedisClient, k: KeySpace
 ) -> None:
     assert await scripts.cancel(SLOT, "gone", HOUR_MS) == 0  # leaves a tombstone
-    await redis.hset(k.slot(SLOT).acked, "fired", 1)
+    await redis.zadd(k.slot(SLOT).acked, {"fired": float("inf")})
     _, statuses = await scripts.add(SLOT, [job("gone", now_ms()), job("fired", now_ms())])
     assert statuses == [-1, -1]
     assert await redis.zcard(k.slot(SLOT).delay) == 0
@@ -184,7 +184,7 @@ async def test_ack_forgets_the_job_and_journals_it(
     assert await redis.zcard(s.inflight) == 0
     assert await redis.hlen(s.jobs) == 0
     assert await redis.hlen(s.attempts) == 0
-    assert await redis.hget(s.acked, "a") == b"1"
+    assert await redis.zscore(s.acked, "a") == float("inf")
     [entry] = await scripts.read_journal(SLOT, 10)
     assert entry.startswith(b"2|1|") and entry.endswith(b"|1|a")
 
@@ -258,7 +258,7 @@ async def test_cancel_in_each_state(scripts: Scripts, redis: RedisClient, k: Key
     # The cancelled ready job's entry is stale: claim drops it.
     assert (await scripts.claim(SLOT, 0, 10, HOUR_MS))[1] == []
     assert await ready_ids(redis, k) == []
-    await redis.hset(s.acked, "done", 1)
+    await redis.zadd(s.acked, {"done": float("inf")})
     assert await scripts.cancel(SLOT, "done", HOUR_MS) == -4
 
 
@@ -316,8 +316,13 @@ async def test_trim_journal_drops_recorded_entries_and_fired_markers(
     await scripts.claim(SLOT, 0, 10, HOUR_MS)
     await scripts.ack(SLOT, [b"j0", b"j1", b"j2"])
     assert len(await scripts.read_journal(SLOT, 2)) == 2
-    await scripts.trim_journal(SLOT, 0, 2, ["j0", "j1"])
-    assert await redis.hkeys(s.acked) == [b"j2"]
+    await scripts.trim_journal(SLOT, 0, 2, ["j0", "j1"], 60_000)
+    # Recorded markers now expire in a minute; the unrecorded one never does.
+    scores = dict(await redis.zrange(s.acked, 0, -1, withscores=True))
+    assert scores[b"j2"] == float("inf")
+    assert now_ms() < scores[b"j0"] <= now_ms() + 60_000
+    await scripts.trim_journal(SLOT, 0, 0, ["j0", "j1"], -1)  # expire them now
+    assert await redis.zrange(s.acked, 0, -1) == [b"j2"]
     [entry] = await scripts.read_journal(SLOT, 10)
     assert entry.endswith(b"j2")
 
@@ -351,7 +356,7 @@ async def test_scripts_acting_as_owner_refuse_an_old_epoch(
     with pytest.raises(Fenced):
         await scripts.reap(SLOT, 1, 100, 1000, 60_000)
     with pytest.raises(Fenced):
-        await scripts.trim_journal(SLOT, 1, 1, [])
+        await scripts.trim_journal(SLOT, 1, 1, [], 60_000)
     # Nothing changed: "b" still ready, "a" still in flight.
     assert await ready_ids(redis, k) == [b"b"]
     assert await redis.zrange(s.inflight, 0, -1) == [b"a"]

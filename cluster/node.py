@@ -30,6 +30,7 @@ from cluster.config import Settings
 from cluster.keys import KeySpace
 from cluster.membership import Membership
 from cluster.mysql_store import MySQLStore
+from cluster.preflight import check_redis
 from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import Scripts
 
@@ -77,6 +78,13 @@ class Node:
         s = self.settings
         await self.mysql.open()
         redis = await open_redis(s.redis_url)
+        try:
+            for warning in await check_redis(redis):
+                log.warning("%s", warning)
+        except BaseException:
+            await redis.aclose()
+            await self.mysql.close()
+            raise
         scripts = Scripts(redis, self.keys)
         producer = make_producer(s)
         membership = Membership(s, scripts)

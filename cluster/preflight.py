@@ -9,6 +9,8 @@ them, but only after the restart is noticed, so that gets a warning.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
@@ -32,7 +34,7 @@ async def _config(redis: RedisClient, name: str) -> list[str]:
     return [_value(await redis.config_get(name), name)]
 
 
-def _value(reply: dict[object, object], name: str) -> str:
+def _value(reply: Mapping[Any, Any], name: str) -> str:
     """CONFIG GET's value, whether the client decodes replies or not."""
     value = reply.get(name, reply.get(name.encode(), ""))
     return value.decode() if isinstance(value, bytes) else str(value)

@@ -54,7 +54,7 @@ class Dispatcher:
     ) -> None:
         self.settings = settings
         self.scripts = scripts
-        self.publisher = Publisher(producer, settings.node_id)
+        self.publisher = Publisher(producer, settings.node_id, settings.kafka_max_batch_bytes)
         self.ownership = ownership
         self.scanner = scanner
         self.inbox = inbox

@@ -6,6 +6,7 @@
                                          processes, here or elsewhere, to scale)
     delayq cluster status                members, slot map, per-slot depth
     delayq recover                       re-add to Redis the pending jobs it lost
+    delayq dead list|show|replay|purge   the dead-letter set
     delayq get JOB_ID                    show a job's durable record
     delayq cancel JOB_ID                 cancel a job
 
@@ -86,6 +87,21 @@ def _parser() -> argparse.ArgumentParser:
     recover.add_argument("--slot", type=int, action="append",
                          help="only this slot (repeatable); default every slot")
 
+    dead = commands.add_parser(
+        "dead", help="jobs that used up their attempts: list, show, replay, purge",
+        description="list: dead jobs with their last error (--topic, --limit). show JOB_ID: "
+        "one dead job with its history. replay: give dead jobs a new set of attempts, due "
+        "now. purge: forget dead jobs in Redis (MySQL keeps them, status dead). replay and "
+        "purge take --job-id (repeatable), --topic or --all.",
+    )
+    dead.add_argument("action", choices=["list", "show", "replay", "purge"])
+    dead.add_argument("job", nargs="?", help="with show: the job id")
+    dead.add_argument("--job-id", action="append", dest="job_ids", metavar="JOB_ID",
+                      help="with replay/purge: this job (repeatable)")
+    dead.add_argument("--topic", help="only jobs of this topic")
+    dead.add_argument("--all", action="store_true", help="with replay/purge: every dead job")
+    dead.add_argument("--limit", type=int, default=100, help="with list: at most this many")
+
     get = commands.add_parser("get", help="print a job's durable record as JSON")
     get.add_argument("job_id")
     cancel = commands.add_parser("cancel", help="cancel a job; exit 0 if it will never fire")
@@ -120,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(_cluster_status(settings, args.json))
         if args.command == "recover":
             return _run(_recover(settings, args.slot))
+        if args.command == "dead":
+            return _run(_dead(settings, args))
         if args.command == "get":
             return _run(_get(settings, args.job_id))
         if args.command == "cancel":
@@ -173,6 +191,38 @@ async def _recover(settings: Settings, slots: list[int] | None) -> int:
         result = await reconcile(settings, client.mysql, client.scripts, wanted)
     print(f"examined {result.examined} pending job(s); re-added {result.readded}; "
           f"refused {result.refused} (cancelled or fired meanwhile)")
+    return 0
+
+
+async def _dead(settings: Settings, args: argparse.Namespace) -> int:
+    from cluster.client import DelayClient
+
+    chosen = [args.job_ids is not None, args.topic is not None, args.all]
+    if args.action in ("replay", "purge") and sum(chosen) != 1:
+        print(f"delayq dead {args.action}: give exactly one of --job-id, --topic or --all",
+              file=sys.stderr)
+        return 2
+    if args.action == "show" and not args.job:
+        print("delayq dead show: give a JOB_ID", file=sys.stderr)
+        return 2
+    async with DelayClient(settings) as client:
+        if args.action == "list":
+            for listed in await client.dead_letters(topic=args.topic, limit=args.limit):
+                print(f"{listed.job_id}  topic {listed.topic}  slot {listed.slot}  "
+                      f"died {listed.died_ms}  attempts {listed.attempts}  "
+                      f"error {listed.last_error}")
+            return 0
+        if args.action == "show":
+            job = await client.dead_job(args.job)
+            if job is None:
+                print(f"no dead job {args.job!r}", file=sys.stderr)
+                return 1
+            shown = {**job.__dict__, "history": await client.mysql.history(args.job)}
+            print(orjson.dumps(shown, option=orjson.OPT_INDENT_2, default=str).decode())
+            return 0
+        act = client.replay_dead if args.action == "replay" else client.purge_dead
+        count = await act(args.job_ids, topic=args.topic)
+        print(f"{'replayed' if args.action == 'replay' else 'purged'} {count} dead job(s)")
     return 0
 
 

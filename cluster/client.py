@@ -16,17 +16,20 @@ import datetime as dt
 import os
 import socket
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from cluster.config import Settings
+from cluster.envelope import record_of
 from cluster.jobs import (
     InvalidJob,
     Job,
     JobStatus,
     ValidJob,
     check_job_id,
+    check_topic,
     due_ms_of,
     now_ms,
     validate,
@@ -37,10 +40,24 @@ from cluster.mysql_store import JobRecord, MySQLStore
 from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import NewJob, Scripts
 
-__all__ = ["DelayClient", "InvalidJob", "Job", "JobRecord", "JobStatus"]
+__all__ = ["DeadJob", "DelayClient", "InvalidJob", "Job", "JobRecord", "JobStatus"]
 
 PENDING_STATUSES = (int(JobStatus.PENDING), int(JobStatus.FIRING))
 MAX_BATCH = 100_000
+DEAD_PAGE = 500
+
+
+@dataclass(frozen=True)
+class DeadJob:
+    """A job in the dead-letter set: it used up its attempts without being published."""
+
+    job_id: str
+    slot: int
+    topic: str
+    died_ms: int
+    attempts: int | None  # from MySQL, once recorded
+    last_error: str | None  # from MySQL, once recorded
+    record: dict[str, Any]  # the record it would have fired (without fired_ms, attempt)
 
 
 class DelayClient:
@@ -228,3 +245,89 @@ class DelayClient:
         the few milliseconds until its node records it.
         """
         return await self.mysql.get(check_job_id(job_id))
+
+    # ----- dead letters --------------------------------------------------------------
+
+    async def _dead(self, topic: str | None) -> AsyncIterator[tuple[int, list[DeadJob]]]:
+        """Dead jobs slot by slot, a page at a time, optionally of one topic."""
+        for slot in range(self.settings.slots):
+            start = 0
+            while page := await self.scripts.dead_page(slot, start, DEAD_PAGE):
+                start += len(page)
+                jobs = [
+                    DeadJob(job_id.decode(), slot, str(record["topic"]), died_ms, None, None,
+                            record)
+                    for job_id, died_ms, envelope in page if envelope is not None
+                    for record in (record_of(envelope),)
+                ]
+                yield slot, [job for job in jobs if topic is None or job.topic == topic]
+
+    async def dead_letters(self, *, topic: str | None = None, limit: int = 100) -> list[DeadJob]:
+        """Dead jobs, oldest death first (per slot), with attempts and last error."""
+        found: list[DeadJob] = []
+        async for _, jobs in self._dead(topic):
+            found += jobs
+            if len(found) >= limit:
+                break
+        found = sorted(found, key=lambda job: job.died_ms)[:limit]
+        rows = await self.mysql.get_many([job.job_id for job in found])
+        return [
+            DeadJob(job.job_id, job.slot, job.topic, job.died_ms,
+                    rows[job.job_id].attempts if job.job_id in rows else None,
+                    rows[job.job_id].last_error if job.job_id in rows else None, job.record)
+            for job in found
+        ]
+
+    async def dead_job(self, job_id: str) -> DeadJob | None:
+        """One job of the dead-letter set, or None if it is not there."""
+        slot = slot_of(check_job_id(job_id), self.settings.slots)
+        found = await self.scripts.dead_one(slot, job_id)
+        if found is None:
+            return None
+        died_ms, envelope = found
+        record = record_of(envelope)
+        row = await self.mysql.get(job_id)
+        return DeadJob(job_id, slot, str(record["topic"]), died_ms,
+                       row.attempts if row else None, row.last_error if row else None, record)
+
+    async def replay_dead(
+        self, job_ids: Sequence[str] | None = None, *, topic: str | None = None
+    ) -> int:
+        """Give dead jobs a new set of attempts, due now: those named, those of a topic,
+        or (neither given) all. Returns how many were replayed."""
+        return await self._each_dead(job_ids, topic, self._replay)
+
+    async def purge_dead(
+        self, job_ids: Sequence[str] | None = None, *, topic: str | None = None
+    ) -> int:
+        """Forget dead jobs in Redis (MySQL keeps them as dead): those named, those of
+        a topic, or (neither given) all. Returns how many were purged."""
+        return await self._each_dead(job_ids, topic, self._purge)
+
+    async def _each_dead(
+        self, job_ids: Sequence[str] | None, topic: str | None,
+        act: Callable[[int, list[str]], Awaitable[int]],
+    ) -> int:
+        if job_ids is not None:
+            by_slot: dict[int, list[str]] = defaultdict(list)
+            for job_id in job_ids:
+                by_slot[slot_of(check_job_id(job_id), self.settings.slots)].append(job_id)
+            return sum([await act(slot, ids) for slot, ids in by_slot.items()])
+        if topic is not None:
+            check_topic(topic)
+        pages: list[tuple[int, list[str]]] = []
+        async for slot, jobs in self._dead(topic):
+            pages.append((slot, [job.job_id for job in jobs]))
+        return sum([await act(slot, ids) for slot, ids in pages if ids])
+
+    async def _replay(self, slot: int, job_ids: list[str]) -> int:
+        # MySQL first: a replayed job must read pending there before it can fire.
+        for job_id in job_ids:
+            await self.mysql.set_status(
+                job_id, JobStatus.PENDING, slot, from_statuses=(int(JobStatus.DEAD),),
+                note="replayed from the dead letters", reset_attempts=True,
+            )
+        return await self.scripts.dead_replay(slot, job_ids)
+
+    async def _purge(self, slot: int, job_ids: list[str]) -> int:
+        return await self.scripts.dead_purge(slot, job_ids)

@@ -306,14 +306,17 @@ class MySQLStore:
 
     async def set_status(
         self, job_id: str, status: JobStatus, slot: int, *, from_statuses: tuple[int, ...],
-        note: str = "",
+        note: str = "", reset_attempts: bool = False,
     ) -> bool:
-        """Move a job to status if it is in one of from_statuses; True if it moved."""
+        """Move a job to status if it is in one of from_statuses; True if it moved.
+        reset_attempts also clears its attempts and last error (a dead-letter replay)."""
         table, history = self.tables_of(job_id)
         marks = ", ".join(["%s"] * len(from_statuses))
+        reset = ", attempts = 0, last_error = NULL" if reset_attempts else ""
         async with self.pool.acquire() as conn, conn.cursor() as cur:
             changed = await cur.execute(
-                f"UPDATE {table} SET status = %s WHERE job_id = %s AND status IN ({marks})",
+                f"UPDATE {table} SET status = %s{reset}"
+                f" WHERE job_id = %s AND status IN ({marks})",
                 (int(status), job_id, *from_statuses),
             )
             if changed:

@@ -29,8 +29,11 @@ def _failed(exc: BaseException) -> asyncio.Future[object]:
 
 
 class Publisher:
-    def __init__(self, producer: AIOKafkaProducer, node_id: str) -> None:
+    def __init__(self, producer: AIOKafkaProducer, node_id: str, max_record_bytes: int) -> None:
         self.producer = producer
+        # Kafka producers refuse a record over max.request.size; the per-record send()
+        # checks it, the batch path does not, so it is checked here.
+        self.max_record_bytes = max_record_bytes
         self.partitioner = DefaultPartitioner()
         self.headers = [("delayq-node", node_id.encode())]
 
@@ -50,6 +53,12 @@ class Publisher:
                 partitions[fire.topic] = known
             if isinstance(known, BaseException):
                 futures[index] = _failed(known)
+                continue
+            size = len(fire.key) + len(fire.value)
+            if size > self.max_record_bytes:
+                futures[index] = _failed(MessageSizeTooLargeError(
+                    f"record of {size} bytes is over the {self.max_record_bytes}-byte limit "
+                    "(kafka_max_batch_bytes)"))
                 continue
             partition = self.partitioner(fire.key, known, known)
             targets[(fire.topic, partition)].append(index)

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 _INCLUDE = re.compile(r"^--@include (\w+)$", re.MULTILINE)
 SCRIPT_NAMES = (
     "add", "move", "claim", "ack", "nack", "reap", "cancel", "reschedule", "trim_journal",
-    "take",
+    "take", "dead_replay", "dead_purge",
 )
 
 # Redis Lua's unpack() and argument lists stay well below their limits with this.
@@ -287,6 +287,40 @@ class Scripts:
     ) -> None:
         if await self.trim_journals({slot: (epoch, count, fired_ids)}, retention_ms):
             raise Fenced(slot)
+    async def dead_page(
+        self, slot: int, start: int, count: int
+    ) -> list[tuple[bytes, int, bytes | None]]:
+        """Dead jobs of a slot by time of death: (job id, died ms, envelope)."""
+        k = self.keys.slot(slot)
+        entries: list[Any] = await self.redis.zrange(
+            k.dead, start, start + count - 1, withscores=True
+        )
+        if not entries:
+            return []
+        envelopes: list[Any] = await self.redis.hmget(k.jobs, [job_id for job_id, _ in entries])
+        return [(job_id, int(score), envelope)
+                for (job_id, score), envelope in zip(entries, envelopes, strict=True)]
+
+    async def dead_one(self, slot: int, job_id: str) -> tuple[int, bytes] | None:
+        """(died ms, envelope) of a dead job, or None if it is not dead."""
+        k = self.keys.slot(slot)
+        died = await self.redis.zscore(k.dead, job_id)
+        envelope: Any = await self.redis.hget(k.jobs, job_id)
+        if died is None or envelope is None:
+            return None
+        return int(died), envelope
+
+    async def dead_replay(self, slot: int, job_ids: list[str]) -> int:
+        k = self.keys.slot(slot)
+        return int(await self._call(
+            "dead_replay", [k.dead, k.delay, k.jobs, k.attempts, k.seq],
+            [self.keys.wake_channel, slot, *job_ids],
+        ))
+
+    async def dead_purge(self, slot: int, job_ids: list[str]) -> int:
+        k = self.keys.slot(slot)
+        return int(await self._call("dead_purge", [k.dead, k.jobs, k.attempts], job_ids))
+
     async def cancel(self, slot: int, job_id: str, tomb_ms: int) -> int:
         k = self.keys.slot(slot)
         keys = [k.delay, k.inflight, k.dead, k.jobs, k.attempts, k.tomb, k.acked]

@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install services migrate lint test test-fast demo bench clean
+.PHONY: install services migrate lint test test-fast faults demo bench clean
 
 install: $(VENV)/.installed
 
@@ -25,10 +25,14 @@ lint: install
 	$(BIN)/mypy
 
 # The whole suite against the real local stack, which the tests start themselves:
-# once with a single Redis, once with a three-master Redis Cluster.
+# once with a single Redis (fault suite included), once with a three-master Redis Cluster.
 test: lint
 	$(BIN)/pytest -q -p no:cacheprovider
-	DELAYQ_TEST_REDIS_CLUSTER=1 $(BIN)/pytest -q -p no:cacheprovider
+	DELAYQ_TEST_REDIS_CLUSTER=1 $(BIN)/pytest -q -p no:cacheprovider -m "not faults"
+
+# The fault suite alone, printing each scenario's counts (see docs/guarantees.md).
+faults: install
+	$(BIN)/pytest -q -s -p no:cacheprovider -m faults
 
 # The suite without the node-process (kill/restart) tests.
 test-fast: install

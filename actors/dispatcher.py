@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaProducer
 
 from actors.base import SlotQueue, batch_or_stop
 from actors.scanner import SlotScanner
+from cluster import failpoints
 from cluster.config import Settings
 from cluster.envelope import Fire, fire_of
 from cluster.ownership import Ownership
@@ -121,6 +122,8 @@ class Dispatcher:
         publisher. Returns what was sent by slot, and the slots that may hold more."""
         s = self.settings
         claims = await self.scripts.claim_many(held, s.claim_batch, s.inflight_timeout_ms)
+        if any(claim and claim[1] for claim in claims):
+            failpoints.hit("after-claim")
         fires: list[Fire] = []
         owners: list[tuple[int, bytes]] = []
         more: list[int] = []
@@ -164,6 +167,8 @@ class Dispatcher:
                 for future, result in zip(unique, results, strict=True)
                 if isinstance(result, BaseException)
             }
+            if len(failed) < len(unique):
+                failpoints.hit("after-publish")
             published: dict[int, list[bytes]] = {}
             for slot, items in sent.items():
                 errors = {item.job_id: failed[id(item.future)]
@@ -176,6 +181,7 @@ class Dispatcher:
             if published:
                 # Not fenced: a job that was published is done, whoever owns it now.
                 self.fired_total += await self.scripts.ack_many(published)
+                failpoints.hit("after-ack")
         except Exception as exc:
             # The jobs stay in flight; the retry-reaper returns them after their deadline.
             log.warning("acking a dispatch round failed: %s", exc)

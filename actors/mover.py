@@ -13,6 +13,7 @@ import logging
 
 from actors.base import SlotQueue, batch_or_stop
 from actors.scanner import SlotScanner
+from cluster import failpoints
 from cluster.ownership import Ownership
 from cluster.scripts import Scripts
 
@@ -64,6 +65,7 @@ class Mover:
                 self.scanner.move_failed(slot, RETRY_AFTER_ERROR_MS)
             await asyncio.sleep(RETRY_AFTER_ERROR_MS / 1000)
             return
+        failpoints.hit("after-move")
         for (slot, epoch), result in zip(held, results, strict=True):
             if result is None:
                 self.ownership.lost(slot, epoch)

@@ -31,7 +31,8 @@ class SlotScanner:
     name = "slot-scanner"
 
     def __init__(
-        self, ownership: Ownership, mover_queue: SlotQueue, safety_wake_ms: int
+        self, ownership: Ownership, mover_queue: SlotQueue, safety_wake_ms: int,
+        clock_offset_ms: int = 0,
     ) -> None:
         self.ownership = ownership
         self.mover_queue = mover_queue
@@ -42,8 +43,9 @@ class SlotScanner:
         self._heap: list[tuple[int, int]] = []
         self._notified = asyncio.Event()
         self._stopping = False
+        self._clock_offset_ms = clock_offset_ms  # a skewed node clock, for fault tests
         self._offset_ms = 0.0  # Redis clock minus local clock
-        self._next_safety_ms = 0.0
+        self._next_safety = 0.0  # time.monotonic() of the next safety wake
 
     # ----- notifications (never block; safe from any actor) ----------------------------
 
@@ -58,7 +60,7 @@ class SlotScanner:
 
     def report(self, slot: int, next_due_ms: int, redis_now_ms: int) -> None:
         """The mover's word after a move: the slot's next due time is now exactly this."""
-        self._offset_ms = redis_now_ms - time.time() * 1000
+        self._offset_ms = redis_now_ms - self._local_ms()
         due = NEVER if next_due_ms < 0 else next_due_ms
         # A wake that arrived while the move was running may be earlier.
         due = min(due, self._moving.pop(slot, NEVER))
@@ -73,8 +75,11 @@ class SlotScanner:
         self._next_due.pop(slot, None)
         self.wake(slot, int(self.redis_now_ms()) + retry_in_ms)
 
+    def _local_ms(self) -> float:
+        return time.time() * 1000 + self._clock_offset_ms
+
     def redis_now_ms(self) -> float:
-        return time.time() * 1000 + self._offset_ms
+        return self._local_ms() + self._offset_ms
 
     # ----- the loop -------------------------------------------------------------------
 
@@ -85,18 +90,18 @@ class SlotScanner:
     async def run(self) -> None:
         self._stopping = False
         while not self._stopping:
-            now = self.redis_now_ms()
-            if now >= self._next_safety_ms:
-                self._next_safety_ms = now + self.safety_wake_ms
+            if time.monotonic() >= self._next_safety:
+                # On the monotonic clock: right even before the offset to Redis is known.
+                self._next_safety = time.monotonic() + self.safety_wake_ms / 1000
                 # A move whose report never came (its mover crashed) must not park the
                 # slot forever; a duplicate move is harmless, the script is atomic.
                 self._moving.clear()
                 for slot in self.ownership.owned():
                     self.wake(slot, 0)
-            await self._send_due(now)
-            wake_at = min(self._heap[0][0], self._next_safety_ms) if self._heap \
-                else self._next_safety_ms
-            wait_s = (wake_at - self.redis_now_ms()) / 1000
+            await self._send_due(self.redis_now_ms())
+            wait_s = self._next_safety - time.monotonic()
+            if self._heap:
+                wait_s = min(wait_s, (self._heap[0][0] - self.redis_now_ms()) / 1000)
             if wait_s > 0:
                 self._notified.clear()
                 try:

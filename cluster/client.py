@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+import pymysql
+
 from cluster.config import Settings
 from cluster.envelope import record_of
 from cluster.jobs import (
@@ -40,7 +42,13 @@ from cluster.mysql_store import JobRecord, MySQLStore
 from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import NewJob, Scripts
 
-__all__ = ["DeadJob", "DelayClient", "InvalidJob", "Job", "JobRecord", "JobStatus"]
+__all__ = [
+    "DeadJob", "DelayClient", "InvalidJob", "Job", "JobRecord", "JobStatus", "StoreUnavailable",
+]
+
+
+class StoreUnavailable(RuntimeError):
+    """MySQL could not be reached, so nothing was scheduled (Redis was not touched)."""
 
 PENDING_STATUSES = (int(JobStatus.PENDING), int(JobStatus.FIRING))
 MAX_BATCH = 100_000
@@ -167,7 +175,12 @@ class DelayClient:
     async def _store(self, jobs: list[ValidJob], keyed: set[str]) -> None:
         """MySQL first (committed), then the add script for every slot in one pipeline."""
         slots = [slot_of(job.job_id, self.settings.slots) for job in jobs]
-        await self.mysql.insert_jobs(jobs, slots)
+        try:
+            await self.mysql.insert_jobs(jobs, slots)
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError) as exc:
+            raise StoreUnavailable(
+                f"MySQL is unreachable, nothing was scheduled: {exc}"
+            ) from exc
         to_add = [
             NewJob(job.job_id, job.due_ms, job.max_attempts, job.tail) for job in jobs
         ]

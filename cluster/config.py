@@ -63,6 +63,8 @@ class Settings:
     retry_backoff_max_ms: int = 300000
     queue_size: int = 1024
     node_id: str = field(default_factory=_default_node_id)
+    # Testing hook: shift the node's own clock (scanner, lease checks) by this much.
+    clock_offset_ms: int = 0
 
     # Kafka producer.
     kafka_idempotence: bool = True

@@ -97,7 +97,7 @@ class Node:
             await self.mysql.close()
             raise
         mover_queue, dispatch_queue = SlotQueue(s.queue_size), SlotQueue(s.queue_size)
-        scanner = SlotScanner(membership, mover_queue, s.safety_wake_ms)
+        scanner = SlotScanner(membership, mover_queue, s.safety_wake_ms, s.clock_offset_ms)
         mover = Mover(scripts, membership, scanner, mover_queue, dispatch_queue, s.move_batch)
         dispatcher = Dispatcher(s, scripts, producer, membership, scanner, dispatch_queue)
         reaper = RetryReaper(s, scripts, membership, scanner)

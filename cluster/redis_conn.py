@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 
 from cluster.config import ConfigError
@@ -13,6 +13,8 @@ from cluster.config import ConfigError
 RedisClient = Redis | RedisCluster
 
 CLUSTER_SCHEME = "redis+cluster"
+MAX_CONNECTIONS = 64
+POOL_WAIT_S = 30.0
 
 
 async def open_redis(url: str) -> RedisClient:
@@ -28,7 +30,11 @@ async def open_redis(url: str) -> RedisClient:
         return cluster
     if scheme not in ("redis", "rediss", "unix"):
         raise ConfigError(f"redis_url must start with redis://, rediss:// or {CLUSTER_SCHEME}://")
-    return Redis.from_url(url, decode_responses=False)
+    # Callers past the pool's size wait for a connection instead of failing.
+    pool = BlockingConnectionPool.from_url(
+        url, decode_responses=False, max_connections=MAX_CONNECTIONS, timeout=POOL_WAIT_S
+    )
+    return Redis.from_pool(pool)
 
 
 def connect_subscriber(url: str) -> Redis:

@@ -860,3 +860,11 @@ def run(command: str, *, purge: bool = False, redis_cluster: bool = False) -> in
     print(f"delayq services: unknown command {command!r} (up, down, status, env)",
           file=sys.stderr)
     return 2
+
+
+def service_pid(name: str) -> int | None:
+    """The pid of a running service of the stack (for fault tests), or None."""
+    for svc in services():
+        if svc.name == name:
+            return _running_pid(svc)
+    raise ServicesError(f"no service named {name!r}")

@@ -65,9 +65,11 @@ async def settings(stack_env: dict[str, str]) -> AsyncIterator[Settings]:
     base = Settings.from_env()
     database = f"delayq_{prefix}"
     url = base.mysql_url.rsplit("/", 1)[0] + f"/{database}"
-    conn = await aiomysql.connect(**{**parse_mysql_url(base.mysql_url), "db": None})
+    admin = {**parse_mysql_url(base.mysql_url), "db": None}
+    conn = await aiomysql.connect(**admin)
     async with conn.cursor() as cur:
         await cur.execute(f"CREATE DATABASE `{database}`")
+    conn.close()
     settings = base.replace(key_prefix=prefix, mysql_url=url,
                             node_id=f"test-{uuid.uuid4().hex[:6]}")
     store = MySQLStore(settings, "tests")
@@ -77,6 +79,7 @@ async def settings(stack_env: dict[str, str]) -> AsyncIterator[Settings]:
     finally:
         await store.close()
     yield settings
+    conn = await aiomysql.connect(**admin)  # a new one: a test may have restarted MySQL
     async with conn.cursor() as cur:
         await cur.execute(f"DROP DATABASE `{database}`")
     conn.close()

@@ -24,12 +24,16 @@ FAST_FAILOVER = {
 
 
 class NodeProcess:
-    def __init__(self, settings: Settings, log_dir: Path, name: str) -> None:
+    def __init__(
+        self, settings: Settings, log_dir: Path, name: str,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self.log = self.log_path.open("ab")
         env = {**os.environ, **FAST_FAILOVER, "DELAYQ_KEY_PREFIX": settings.key_prefix,
-               "DELAYQ_MYSQL_URL": settings.mysql_url, "DELAYQ_NODE_ID": name}
+               "DELAYQ_MYSQL_URL": settings.mysql_url, "DELAYQ_NODE_ID": name,
+               **(extra_env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cluster.cli", "node"],
             env=env, stdout=self.log, stderr=subprocess.STDOUT,

@@ -1,0 +1,113 @@
+"""The fault suite's checker: what the clients were told, what came out of Kafka, and
+whether MySQL and Redis agree afterwards.
+
+lost = ok-scheduled − ok-cancelled − fired − dead. A call whose outcome is unknown (it
+raised after possibly writing) is neither counted as scheduled nor as lost.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster.client import DelayClient, JobStatus, StoreUnavailable
+from cluster.envelope import record_of
+from cluster.redis_conn import RedisClient
+
+
+@dataclass
+class Ledger:
+    scheduled: set[str] = field(default_factory=set)
+    schedule_failed: int = 0  # refused with a clear error: nothing was written
+    schedule_unknown: int = 0
+    cancelled: set[str] = field(default_factory=set)  # cancel() returned True
+    not_cancelled: set[str] = field(default_factory=set)  # cancel() returned False
+
+    async def schedule_many(self, client: DelayClient, jobs: list[dict[str, Any]]) -> None:
+        try:
+            self.scheduled.update(await client.schedule_many(jobs))
+        except StoreUnavailable:
+            self.schedule_failed += len(jobs)
+        except Exception:
+            self.schedule_unknown += len(jobs)
+
+
+@dataclass
+class Verdict:
+    scheduled: int
+    fired: int
+    duplicates: int
+    lost: list[str]
+    early: int
+    cancelled_but_fired: list[str]
+    dead: int
+    max_lateness_ms: float
+    violations: list[str]
+
+    def row(self) -> dict[str, object]:
+        return {"scheduled": self.scheduled, "fired": self.fired,
+                "duplicates": self.duplicates, "lost": len(self.lost), "early": self.early,
+                "dead": self.dead, "max_lateness_ms": round(self.max_lateness_ms)}
+
+
+async def verdict(
+    ledger: Ledger, records: list[dict[str, Any]], client: DelayClient, redis: RedisClient
+) -> Verdict:
+    fired = Counter(str(r["job_id"]) for r in records)
+    dead = {job.job_id for job in await client.dead_letters(limit=10**9)}
+    return Verdict(
+        scheduled=len(ledger.scheduled),
+        fired=len(fired),
+        duplicates=sum(n - 1 for n in fired.values()),
+        lost=sorted(ledger.scheduled - ledger.cancelled - set(fired) - dead),
+        early=sum(1 for r in records if r["fired_ms"] < r["due_ms"]),
+        cancelled_but_fired=sorted(ledger.cancelled & set(fired)),
+        dead=len(dead),
+        max_lateness_ms=max((r["received_ms"] - r["due_ms"] for r in records), default=0.0),
+        violations=await invariant_violations(client, redis),
+    )
+
+
+async def invariant_violations(client: DelayClient, redis: RedisClient) -> list[str]:
+    """After the load stopped: every pending job sits in exactly one of delay / ready /
+    in flight / dead; no fired or cancelled job sits in any."""
+    places: dict[str, list[str]] = {}
+    for slot in range(client.settings.slots):
+        k = client.keys.slot(slot)
+        envelopes = await redis.hgetall(k.jobs)
+        seqs = {job_id.decode(): envelope[:12] for job_id, envelope in envelopes.items()}
+        for member in await redis.zrange(k.delay, 0, -1):
+            places.setdefault(member[12:].decode(), []).append("delay")
+        for member in await redis.lrange(k.ready, 0, -1):
+            job_id = member[12:].decode()
+            if seqs.get(job_id) == member[:12]:  # a stale entry is not a place
+                places.setdefault(job_id, []).append("ready")
+        for job_id in await redis.zrange(k.inflight, 0, -1):
+            places.setdefault(job_id.decode(), []).append("inflight")
+        for job_id in await redis.zrange(k.dead, 0, -1):
+            places.setdefault(job_id.decode(), []).append("dead")
+        for envelope in envelopes.values():
+            record_of(envelope)  # every envelope parses
+    violations = []
+    rows = await _all_rows(client)
+    for job_id, status in rows.items():
+        where = places.get(job_id, [])
+        if status in (JobStatus.PENDING, JobStatus.FIRING) and len(where) != 1:
+            violations.append(f"{job_id} is {status.name} in MySQL but in {where} in Redis")
+        if status in (JobStatus.FIRED, JobStatus.CANCELLED) and where:
+            violations.append(f"{job_id} is {status.name} in MySQL but in {where} in Redis")
+    for job_id in places.keys() - rows.keys():
+        violations.append(f"{job_id} is in Redis but not in MySQL")
+    return violations
+
+
+async def _all_rows(client: DelayClient) -> dict[str, JobStatus]:
+    rows: dict[str, JobStatus] = {}
+    async with client.mysql.pool.acquire() as conn, conn.cursor() as cur:
+        for shard in client.mysql.all_shards():
+            table, _ = client.mysql._shard_tables(shard)
+            await cur.execute(f"SELECT job_id, status FROM {table}")
+            for job_id, status in await cur.fetchall():
+                rows[job_id] = JobStatus(status)
+    return rows

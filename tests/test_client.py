@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from typing import Any
 
+import orjson
 import pytest
 
 from cluster.client import DelayClient, InvalidJob, Job, JobStatus
@@ -153,3 +155,51 @@ async def test_a_database_serves_one_cluster_only(settings: Settings) -> None:
     with pytest.raises(SchemaError, match="belongs to the cluster with key_prefix"):
         await other.open()
     await other.close()
+
+
+HOSTILE = ["'; DROP TABLE job_0000; --", "redis.call('FLUSHALL')", "\\\\", "{dq:1}", "%s%s"]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda c: c.schedule_many([{"topic": "t", "payload": 1, "delay": 1}] * 100_001),
+         "at most"),
+        (lambda c: c.schedule_many([{"topic": "t", "payload": 1, "delay": 1}, "job"]),
+         "job 1: each job must be a Job or a dict"),
+        (lambda c: c.schedule("t", 1, delay=1, job_id="x" * 201), "job_id"),
+        (lambda c: c.schedule("t", 1, delay=1, job_id=7), "job_id must be a str"),
+        (lambda c: c.schedule(HOSTILE[0], 1, delay=1), "not a valid Kafka topic"),
+        (lambda c: c.schedule("t", 1, delay=10**12), "max_delay_s"),
+        (lambda c: c.schedule("t", 1, at=-1), ">= 0"),
+        (lambda c: c.schedule("t", 1, at=float("inf")), "finite"),
+        (lambda c: c.schedule("t", {1, 2}, delay=1), "JSON-serialisable"),
+        (lambda c: c.cancel(123), "job_id must be a str"),
+        (lambda c: c.get(None), "job_id must be a str"),
+        (lambda c: c.reschedule("x", at="tomorrow"), "number"),
+        (lambda c: c.replay_dead(topic="no such topic!"), "Kafka topic"),
+    ],
+)
+async def test_bad_input_matrix_changes_nothing(
+    client: DelayClient, redis: RedisClient, call: Any, message: str
+) -> None:
+    with pytest.raises(InvalidJob, match=message):
+        await call(client)
+    assert await redis.keys(f"{{{client.settings.key_prefix}:*") == []
+    assert await client.mysql.get_many([]) == {}
+    async with client.mysql.pool.acquire() as conn, conn.cursor() as cur:
+        for shard in client.mysql.all_shards():
+            table, _ = client.mysql._shard_tables(shard)
+            await cur.execute(f"SELECT COUNT(*) FROM {table}")
+            assert (await cur.fetchone())[0] == 0
+
+
+async def test_hostile_text_is_stored_verbatim(client: DelayClient) -> None:
+    for text in HOSTILE:
+        job_id = await client.schedule("t", {"v": text}, delay=60, job_id=text + "-id",
+                                       biz_id=text, biz_type=text[:64])
+        record = await client.get(job_id)
+        assert record is not None
+        assert (record.job_id, record.biz_id, record.biz_type) == (text + "-id", text, text)
+        assert record.payload_json == orjson.dumps({"v": text}).decode()
+        assert await client.cancel(job_id) is True

@@ -13,17 +13,9 @@ local K = {delay = KEYS[3], dead = KEYS[4], jobs = KEYS[5], attempts = KEYS[6],
            seq = KEYS[7], done = KEYS[8]}
 local now = now_ms()
 local base, cap, note = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local retried, dead, earliest = 0, 0, -1
+local ours = {}
 for i = 5, #ARGV do
-  local id = ARGV[i]
-  if redis.call('ZREM', KEYS[2], id) == 1 then
-    local score = retry_or_bury(K, id, now, base, cap, note)
-    if score == -1 then
-      dead = dead + 1
-    elseif score then
-      retried = retried + 1
-      if earliest == -1 or score < earliest then earliest = score end
-    end
-  end
+  if redis.call('ZREM', KEYS[2], ARGV[i]) == 1 then ours[#ours + 1] = ARGV[i] end
 end
+local retried, dead, earliest = retry_or_bury_all(K, ours, now, base, cap, note)
 return {retried, dead, earliest}

@@ -13,17 +13,9 @@ local K = {delay = KEYS[3], dead = KEYS[4], jobs = KEYS[5], attempts = KEYS[6],
 local now = now_ms()
 local limit, base, cap = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
-local retried, dead, earliest = 0, 0, -1
-for _, id in ipairs(expired) do
-  redis.call('ZREM', KEYS[2], id)
-  local score = retry_or_bury(K, id, now, base, cap, 'in-flight deadline passed')
-  if score == -1 then
-    dead = dead + 1
-  elseif score then
-    retried = retried + 1
-    if earliest == -1 or score < earliest then earliest = score end
-  end
-end
+if #expired > 0 then redis.call('ZREM', KEYS[2], unpack(expired)) end
+local retried, dead, earliest =
+  retry_or_bury_all(K, expired, now, base, cap, 'in-flight deadline passed')
 local more = 0
 if #expired == limit then more = 1 end
 return {retried, dead, earliest, more}

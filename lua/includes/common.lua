@@ -75,3 +75,19 @@ local function retry_or_bury(K, id, now, base_ms, cap_ms, note)
   journal(K.done, 1, attempt, now, id, note)
   return score
 end
+
+-- retry_or_bury for jobs already taken out of the in-flight zset.
+-- Returns retried, dead, and the earliest new due score (-1 when none was retried).
+local function retry_or_bury_all(K, ids, now, base_ms, cap_ms, note)
+  local retried, dead, earliest = 0, 0, -1
+  for _, id in ipairs(ids) do
+    local score = retry_or_bury(K, id, now, base_ms, cap_ms, note)
+    if score == -1 then
+      dead = dead + 1
+    elseif score then
+      retried = retried + 1
+      if earliest == -1 or score < earliest then earliest = score end
+    end
+  end
+  return retried, dead, earliest
+end

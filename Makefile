@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install services migrate lint test test-fast faults demo bench clean
+.PHONY: install services migrate lint test test-fast faults demo bench compare clean
 
 install: $(VENV)/.installed
 
@@ -44,6 +44,10 @@ demo: migrate
 # The first benchmark: 100,000 jobs due over 10 s (see docs/benchmarks.md).
 bench: migrate
 	eval "$$($(BIN)/delayq services env)" && $(BIN)/python benchmarks/fire_bench.py --jobs 100000 --window 10
+
+# delayq side by side with BullMQ and arq on the same Redis (installs the peers).
+compare: migrate
+	eval "$$($(BIN)/delayq services env)" && $(BIN)/python benchmarks/compare.py --rate 5000 --seconds 10
 
 clean:
 	rm -rf $(VENV) build *.egg-info

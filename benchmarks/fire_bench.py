@@ -30,6 +30,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from cluster.client import DelayClient, Job
 from cluster.config import Settings
+from cluster.mysql_store import create_cluster_database, drop_cluster_database
 
 PARTITIONS = 6
 RESULTS = Path(__file__).parent / "results"
@@ -41,8 +42,11 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
-def start_nodes(count: int, prefix: str, log_dir: Path) -> list[subprocess.Popen[bytes]]:
-    env = {**os.environ, "DELAYQ_KEY_PREFIX": prefix, "DELAYQ_LOG_LEVEL": "WARNING"}
+def start_nodes(
+    count: int, settings: Settings, log_dir: Path
+) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, "DELAYQ_KEY_PREFIX": settings.key_prefix,
+           "DELAYQ_MYSQL_URL": settings.mysql_url}
     nodes = []
     for i in range(count):
         log = (log_dir / f"bench-node-{i}.log").open("wb")
@@ -65,7 +69,10 @@ async def wait_started(log_dir: Path, count: int) -> None:
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
     prefix = f"bench{uuid.uuid4().hex[:6]}"
-    settings = Settings.from_env().replace(key_prefix=prefix)
+    # A cluster of its own: its key prefix and a MySQL database of its own.
+    settings = await create_cluster_database(
+        Settings.from_env().replace(key_prefix=prefix), f"delayq_{prefix}"
+    )
     topic = f"bench.{prefix}"
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
     await admin.start()
@@ -78,14 +85,17 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
 
     log_dir = Path(os.environ.get("DELAYQ_STATE_DIR", ".delayq"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    nodes = start_nodes(args.nodes, prefix, log_dir)
+    nodes = start_nodes(args.nodes, settings, log_dir)
     try:
         await wait_started(log_dir, args.nodes)
         lead_s = args.lead if args.lead is not None else 3 + args.jobs / 15000
         rng = random.Random(1)
         first_due = time.time() + lead_s
-        dues = sorted(first_due + rng.uniform(0, args.window) for _ in range(args.jobs))
-        payload = {"data": "x" * 80}
+        if args.pattern == "steady":  # one every window/jobs seconds, as the peers do
+            dues = [first_due + i * args.window / args.jobs for i in range(args.jobs)]
+        else:
+            dues = sorted(first_due + rng.uniform(0, args.window) for _ in range(args.jobs))
+        payload = {"data": "x" * args.payload_bytes}
         received: list[tuple[float, dict[str, object]]] = []
         consuming = asyncio.create_task(consume(consumer, received, args.jobs,
                                                 first_due + args.window + 120))
@@ -104,6 +114,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         for node in nodes:
             node.wait(timeout=60)
         await consumer.stop()
+        await drop_cluster_database(settings)
 
     late = sorted(r_ms - float(rec["due_ms"]) for r_ms, rec in received)  # type: ignore
     node_late = sorted(float(rec["fired_ms"]) - float(rec["due_ms"])  # type: ignore
@@ -150,6 +161,10 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=10.0, help="seconds the dues span")
     parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--batch", type=int, default=5000, help="jobs per schedule_many")
+    parser.add_argument("--pattern", choices=["uniform", "steady"], default="uniform",
+                        help="due times uniformly random over the window, or evenly spaced")
+    parser.add_argument("--payload-bytes", type=int, default=80,
+                        help="size of the string in each job's payload")
     parser.add_argument("--lead", type=float, default=None,
                         help="seconds from start to first due (default 3 + jobs/15000)")
     args = parser.parse_args()

@@ -452,3 +452,36 @@ def _record(row: Sequence[Any]) -> JobRecord:
         max_attempts=max_attempts, payload_json=payload, slot=slot, last_error=last_error,
         created_ms=datetime_to_ms(created), modified_ms=datetime_to_ms(modified),
     )
+
+
+async def create_cluster_database(settings: Settings, database: str) -> Settings:
+    """Create a new database for one cluster, migrate it, and return settings that
+    point at it (benchmarks and tests run each cluster on a database of its own)."""
+    admin = {**parse_mysql_url(settings.mysql_url), "db": None}
+    conn = await aiomysql.connect(**admin)
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute(f"CREATE DATABASE `{database}`")
+    finally:
+        conn.close()
+    created = settings.replace(mysql_url=settings.mysql_url.rsplit("/", 1)[0] + f"/{database}")
+    store = MySQLStore(created, "setup")
+    await store.open(check_schema=False)
+    try:
+        await store.migrate()
+    finally:
+        await store.close()
+    return created
+
+
+async def drop_cluster_database(settings: Settings) -> None:
+    """Drop the database settings.mysql_url names (and every shard database)."""
+    store = MySQLStore(settings, "teardown")
+    admin = {**store.conn_args, "db": None}
+    conn = await aiomysql.connect(**admin)
+    try:
+        async with conn.cursor() as cur:
+            for db in {store.database_name(d) for d in range(settings.mysql_databases)}:
+                await cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+    finally:
+        conn.close()

@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
-import aiomysql
 import orjson
 import pytest
 import uvloop
@@ -24,7 +23,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from cluster import services
 from cluster.client import DelayClient
 from cluster.config import Settings
-from cluster.mysql_store import MySQLStore, parse_mysql_url
+from cluster.mysql_store import create_cluster_database, drop_cluster_database
 from cluster.node import Node
 from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import Scripts
@@ -62,27 +61,11 @@ async def settings(stack_env: dict[str, str]) -> AsyncIterator[Settings]:
     """Settings of the stack with a key prefix and a MySQL database of this test's own
     (one database serves one cluster)."""
     prefix = f"t{uuid.uuid4().hex[:10]}"
-    base = Settings.from_env()
-    database = f"delayq_{prefix}"
-    url = base.mysql_url.rsplit("/", 1)[0] + f"/{database}"
-    admin = {**parse_mysql_url(base.mysql_url), "db": None}
-    conn = await aiomysql.connect(**admin)
-    async with conn.cursor() as cur:
-        await cur.execute(f"CREATE DATABASE `{database}`")
-    conn.close()
-    settings = base.replace(key_prefix=prefix, mysql_url=url,
-                            node_id=f"test-{uuid.uuid4().hex[:6]}")
-    store = MySQLStore(settings, "tests")
-    await store.open(check_schema=False)
-    try:
-        await store.migrate()
-    finally:
-        await store.close()
+    base = Settings.from_env().replace(key_prefix=prefix,
+                                       node_id=f"test-{uuid.uuid4().hex[:6]}")
+    settings = await create_cluster_database(base, f"delayq_{prefix}")
     yield settings
-    conn = await aiomysql.connect(**admin)  # a new one: a test may have restarted MySQL
-    async with conn.cursor() as cur:
-        await cur.execute(f"DROP DATABASE `{database}`")
-    conn.close()
+    await drop_cluster_database(settings)
 
 
 @pytest.fixture

@@ -86,6 +86,15 @@ async def settle(
     return result
 
 
+async def down_for(service: str, seconds: float) -> None:
+    """Stop a service of the local stack, wait, and start it again."""
+    pid = services.service_pid(service)
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    await asyncio.sleep(seconds)
+    await asyncio.to_thread(services.up)
+
+
 def assert_safe(result: Verdict) -> None:
     assert result.lost == []
     assert result.early == 0
@@ -203,11 +212,7 @@ async def test_mysql_down_for_10_s(
     """schedule() fails with StoreUnavailable and writes nothing; firing goes on and the
     outcomes are recorded when MySQL is back."""
     async def fault(procs: list[NodeProcess]) -> None:
-        pid = services.service_pid("mysql")
-        assert pid is not None
-        os.kill(pid, signal.SIGTERM)
-        await asyncio.sleep(10)
-        await asyncio.to_thread(services.up)
+        await down_for("mysql", 10)
 
     result, ledger = await scenario("mysql-down-10s", settings, client, redis, topic,
                                     collector, tmp_path, fault)
@@ -221,11 +226,7 @@ async def test_zookeeper_down_for_10_s(
     collector: Collector, tmp_path: Path,
 ) -> None:
     async def fault(procs: list[NodeProcess]) -> None:
-        pid = services.service_pid("zookeeper")
-        assert pid is not None
-        os.kill(pid, signal.SIGTERM)
-        await asyncio.sleep(10)
-        await asyncio.to_thread(services.up)
+        await down_for("zookeeper", 10)
 
     result, _ = await scenario("zookeeper-down-10s", settings, client, redis, topic,
                                collector, tmp_path, fault)

@@ -10,7 +10,7 @@ import logging
 from actors.scanner import SlotScanner
 from cluster.config import Settings
 from cluster.ownership import Ownership
-from cluster.scripts import Fenced, Scripts
+from cluster.scripts import Scripts
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +41,7 @@ class RetryReaper:
     async def run(self) -> None:
         self._stopping.clear()
         while not self._stopping.is_set():
-            for slot in sorted(self.ownership.owned()):
-                try:
-                    epoch = self.ownership.epoch(slot)
-                except KeyError:
-                    continue  # the slot moved away meanwhile
-                try:
-                    await self.reap(slot, epoch)
-                except Fenced:
-                    self.ownership.lost(slot, epoch)
+            await self.reap(self._held())
             try:
                 await asyncio.wait_for(
                     self._stopping.wait(), self.settings.reap_interval_ms / 1000
@@ -57,18 +49,35 @@ class RetryReaper:
             except TimeoutError:
                 pass
 
-    async def reap(self, slot: int, epoch: int) -> None:
+    def _held(self) -> list[tuple[int, int]]:
+        held = []
+        for slot in sorted(self.ownership.owned()):
+            try:
+                held.append((slot, self.ownership.epoch(slot)))
+            except KeyError:
+                pass  # the slot moved away meanwhile
+        return held
+
+    async def reap(self, held: list[tuple[int, int]]) -> None:
+        """Reap every given (slot, epoch) in one round trip; again for those that hit
+        the per-call limit."""
         s = self.settings
-        while True:
-            result = await self.scripts.reap(
-                slot, epoch, REAP_LIMIT, s.retry_backoff_ms, s.retry_backoff_max_ms
+        while held:
+            results = await self.scripts.reap_many(
+                held, REAP_LIMIT, s.retry_backoff_ms, s.retry_backoff_max_ms
             )
-            if result.retried or result.dead:
-                log.info("slot %d: %d in-flight job(s) timed out, %d retried, %d dead",
-                         slot, result.retried + result.dead, result.retried, result.dead)
-                self.retried_total += result.retried
-                self.dead_total += result.dead
-            if result.earliest_due_ms >= 0:
-                self.scanner.wake(slot, result.earliest_due_ms)
-            if not result.more:
-                return
+            more = []
+            for (slot, epoch), result in zip(held, results, strict=True):
+                if result is None:
+                    self.ownership.lost(slot, epoch)
+                    continue
+                if result.retried or result.dead:
+                    log.info("slot %d: %d in-flight job(s) timed out, %d retried, %d dead",
+                             slot, result.retried + result.dead, result.retried, result.dead)
+                    self.retried_total += result.retried
+                    self.dead_total += result.dead
+                if result.earliest_due_ms >= 0:
+                    self.scanner.wake(slot, result.earliest_due_ms)
+                if result.more:
+                    more.append((slot, epoch))
+            held = more

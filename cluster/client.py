@@ -181,25 +181,16 @@ class DelayClient:
             raise StoreUnavailable(
                 f"MySQL is unreachable, nothing was scheduled: {exc}"
             ) from exc
-        to_add = [
-            NewJob(job.job_id, job.due_ms, job.max_attempts, job.tail) for job in jobs
-        ]
-        if keyed:
-            # A caller's job_id may already exist: Redis must get the row MySQL kept.
-            rows = await self.mysql.get_many(sorted(keyed))
-            to_add = [
-                NewJob.from_record(rows[job.job_id]) if job.job_id in rows else job
-                for job in to_add
-            ]
-            pending = {
-                job_id for job_id, row in rows.items() if row.status in PENDING_STATUSES
-            }
-            keep = [not (j.job_id in keyed and j.job_id not in pending) for j in to_add]
-            slots = [slot for slot, k in zip(slots, keep, strict=True) if k]
-            to_add = [job for job, k in zip(to_add, keep, strict=True) if k]
+        # A caller's job_id may already exist: Redis must get the row MySQL kept, and
+        # nothing if that job has fired, was cancelled or is dead.
+        rows = await self.mysql.get_many(sorted(keyed)) if keyed else {}
         by_slot: dict[int, list[NewJob]] = defaultdict(list)
-        for slot, job in zip(slots, to_add, strict=True):
-            by_slot[slot].append(job)
+        for slot, job in zip(slots, jobs, strict=True):
+            row = rows.get(job.job_id)
+            if row is None:
+                by_slot[slot].append(NewJob(job.job_id, job.due_ms, job.max_attempts, job.tail))
+            elif row.status in PENDING_STATUSES:
+                by_slot[slot].append(NewJob.from_record(row))
         if by_slot:
             await self.scripts.add_many(by_slot)
 

@@ -274,10 +274,23 @@ class Scripts:
     async def reap(
         self, slot: int, epoch: int, limit: int, backoff_ms: int, backoff_max_ms: int
     ) -> RetryResult:
-        reply = await self._fenced_call(
-            "reap", slot, self._retry_keys(slot), [epoch, limit, backoff_ms, backoff_max_ms]
-        )
-        return RetryResult(int(reply[0]), int(reply[1]), int(reply[2]), reply[3] == 1)
+        result = (await self.reap_many([(slot, epoch)], limit, backoff_ms, backoff_max_ms))[0]
+        if result is None:
+            raise Fenced(slot)
+        return result
+
+    async def reap_many(
+        self, slot_epochs: list[tuple[int, int]], limit: int, backoff_ms: int,
+        backoff_max_ms: int,
+    ) -> list[RetryResult | None]:
+        """reap for several (slot, epoch) in one round trip; None where fenced."""
+        calls = [(self._retry_keys(slot), [epoch, limit, backoff_ms, backoff_max_ms])
+                 for slot, epoch in slot_epochs]
+        return [
+            None if _is_fenced(reply)
+            else RetryResult(int(reply[0]), int(reply[1]), int(reply[2]), reply[3] == 1)
+            for reply in await self._call_many("reap", calls)
+        ]
 
     async def read_journal(self, slot: int, count: int) -> list[bytes]:
         """The oldest count journal entries of a slot (left in place until trimmed)."""

@@ -46,6 +46,11 @@ async def collect_all(collector: Collector, ids: list[str], timeout_s: float) ->
     return Counter(str(r["job_id"]) for r in collector.records)
 
 
+def tally(ids: list[str], fired: Counter[str]) -> tuple[set[str], int]:
+    """(scheduled jobs that never fired, extra copies of those that did)."""
+    return set(ids) - set(fired), sum(n - 1 for n in fired.values())
+
+
 def report(name: str, **facts: object) -> None:
     print(f"\n[{name}] " + ", ".join(f"{k}={v}" for k, v in facts.items()))
 
@@ -65,8 +70,7 @@ async def test_three_nodes_share_jobs_none_lost_none_duplicated(
         fired = await collect_all(collector, ids, timeout_s=90)
     finally:
         stop_all(nodes)
-    lost = set(ids) - set(fired)
-    duplicates = sum(n - 1 for n in fired.values())
+    lost, duplicates = tally(ids, fired)
     report("steady", lost=len(lost), duplicates=duplicates)
     assert not lost
     assert duplicates == 0
@@ -88,8 +92,7 @@ async def test_kill_9_moves_its_slots_and_every_job_fires(
         fired = await collect_all(collector, ids, timeout_s=90)
     finally:
         stop_all(nodes)
-    lost = set(ids) - set(fired)
-    duplicates = sum(n - 1 for n in fired.values())
+    lost, duplicates = tally(ids, fired)
     report("kill -9", slots_served_again_after_s=round(served_at - killed_at, 2),
            lost=len(lost), duplicates=duplicates,
            max_lateness_ms=max(r["received_ms"] - r["due_ms"] for r in collector.records))
@@ -130,8 +133,7 @@ async def test_paused_node_fires_nothing_for_slots_it_lost_then_rejoins(
         r for r in from_paused
         if r["fired_ms"] < stopped_at and r["received_ms"] > continued_at  # type: ignore
     ]
-    lost = set(ids) - set(fired)
-    duplicates = sum(n - 1 for n in fired.values())
+    lost, duplicates = tally(ids, fired)
     report("SIGSTOP", paused_for_s=round((continued_at - stopped_at) / 1000, 2),
            rejoined_after_continue_s=round((rejoined_at - continued_at) / 1000, 2),
            claimed_without_ownership=len(claimed_without_ownership),
@@ -156,8 +158,7 @@ async def test_a_fourth_node_joins_mid_run_and_takes_its_share(
         fired = await collect_all(collector, ids, timeout_s=90)
     finally:
         stop_all(nodes)
-    lost = set(ids) - set(fired)
-    duplicates = sum(n - 1 for n in fired.values())
+    lost, duplicates = tally(ids, fired)
     report("join", share_taken_after_s=round(served_at - joined_at, 2), lost=len(lost),
            duplicates=duplicates)
     assert not lost

@@ -13,6 +13,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import orjson
 import pytest
@@ -110,31 +111,73 @@ async def topic(settings: Settings) -> str:
 
 
 class Collector:
-    """Reads every record of a topic from the beginning, with its receive time."""
+    """Reads every record of a topic from the beginning, with its receive time.
+
+    A live consumer can miss a record that the broker made visible out of order (seen
+    with the local broker under concurrent producers), so when a poll comes back empty
+    the collector re-reads the whole topic with a fresh consumer, at most every
+    REREAD_EVERY_S, and adds what it missed. Those records get the re-read time as
+    their receive time, which overstates their lateness, never understates it.
+    """
+
+    REREAD_EVERY_S = 2.0
 
     def __init__(self, bootstrap: str, topic: str) -> None:
+        self.bootstrap = bootstrap
         self.topic = topic
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=5
         )
         self.records: list[dict[str, object]] = []
         self.keys: list[bytes] = []
+        self.reread_found = 0
+        self._seen: set[tuple[int, int]] = set()  # (partition, offset)
+        self._last_reread = time.monotonic()
+
+    @property
+    def partitions(self) -> list[TopicPartition]:
+        return [TopicPartition(self.topic, p) for p in range(TOPIC_PARTITIONS)]
 
     async def start(self) -> None:
         await self.consumer.start()
-        partitions = [TopicPartition(self.topic, p) for p in range(TOPIC_PARTITIONS)]
-        self.consumer.assign(partitions)
-        await self.consumer.seek_to_beginning(*partitions)
+        self.consumer.assign(self.partitions)
+        await self.consumer.seek_to_beginning(*self.partitions)
 
     async def stop(self) -> None:
         await self.consumer.stop()
 
     async def poll(self, timeout_s: float = 0.2) -> int:
         batch = await self.consumer.getmany(timeout_ms=int(timeout_s * 1000))
-        received_ms = time.time() * 1000
+        count = self._add(batch, time.time() * 1000)
+        if count == 0 and time.monotonic() - self._last_reread > self.REREAD_EVERY_S:
+            self.reread_found += await self.reread()
+        return count
+
+    async def reread(self) -> int:
+        """Read the topic from the beginning with a fresh consumer; add what the live
+        consumer missed. Returns how many records were added."""
+        self._last_reread = time.monotonic()
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        added = 0
+        try:
+            consumer.assign(self.partitions)
+            await consumer.seek_to_beginning(*self.partitions)
+            while batch := await consumer.getmany(timeout_ms=500):
+                added += self._add(batch, time.time() * 1000)
+        finally:
+            await consumer.stop()
+        self._last_reread = time.monotonic()
+        return added
+
+    def _add(self, batch: dict[TopicPartition, list[Any]], received_ms: float) -> int:
         count = 0
-        for messages in batch.values():
+        for partition, messages in batch.items():
             for message in messages:
+                where = (partition.partition, message.offset)
+                if where in self._seen:
+                    continue
+                self._seen.add(where)
                 record = orjson.loads(message.value)
                 record["received_ms"] = received_ms
                 record["node"] = dict(message.headers).get("delayq-node", b"").decode()

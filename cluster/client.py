@@ -16,7 +16,7 @@ import datetime as dt
 import os
 import socket
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -140,13 +140,13 @@ class DelayClient:
         await self._store([job], keyed={job.job_id} if job_id is not None else set())
         return job.job_id
 
-    async def schedule_many(self, jobs: Sequence[Job | dict[str, Any]]) -> list[str]:
+    async def schedule_many(self, jobs: Sequence[Job | Mapping[str, Any]]) -> list[str]:
         """Schedule many jobs in few round trips; returns their ids in input order.
 
-        Each job is a Job or a dict with schedule()'s argument names. If any job is
+        Each job is a Job or a mapping with schedule()'s argument names. If any job is
         invalid, InvalidJob names it and nothing is scheduled.
         """
-        if isinstance(jobs, str | bytes | dict) or not isinstance(jobs, Sequence):
+        if isinstance(jobs, str | bytes | Mapping) or not isinstance(jobs, Sequence):
             raise InvalidJob("schedule_many() takes a list of jobs")
         if len(jobs) > MAX_BATCH:
             raise InvalidJob(f"schedule_many() takes at most {MAX_BATCH} jobs per call")

@@ -10,6 +10,7 @@ import math
 import os
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -78,13 +79,22 @@ def new_job_id() -> str:
     return f"{now_ms():012x}{os.urandom(10).hex()}"
 
 
+def _check_chars(name: str, value: str) -> None:
+    if _CONTROL.search(value):
+        raise InvalidJob(f"{name} must not contain control characters")
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise InvalidJob(f"{name} is not valid Unicode (a lone surrogate)") from None
+
+
 def check_job_id(job_id: object) -> str:
     if not isinstance(job_id, str):
         raise InvalidJob(f"job_id must be a str, got {type(job_id).__name__}")
     if not job_id or len(job_id) > JOB_ID_MAX_CHARS:
         raise InvalidJob(f"job_id must be 1..{JOB_ID_MAX_CHARS} characters")
-    if _CONTROL.search(job_id):
-        raise InvalidJob("job_id must not contain control characters")
+    _check_chars("job_id", job_id)
     return job_id
 
 
@@ -106,15 +116,17 @@ def _check_text(name: str, value: object, max_chars: int) -> str | None:
         raise InvalidJob(f"{name} must be a str or None, got {type(value).__name__}")
     if not value or len(value) > max_chars:
         raise InvalidJob(f"{name} must be 1..{max_chars} characters")
-    if _CONTROL.search(value):
-        raise InvalidJob(f"{name} must not contain control characters")
+    _check_chars(name, value)
     return value
 
 
 def _finite_number(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidJob(f"{name} must be a number, got {type(value).__name__}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        raise InvalidJob(f"{name} is out of range") from None
     if not math.isfinite(number):
         raise InvalidJob(f"{name} must be finite, got {value!r}")
     return number
@@ -127,10 +139,15 @@ def due_ms_of(
     if (delay is None) == (at is None):
         raise InvalidJob("give exactly one of delay= (seconds) or at= (time)")
     current = now_ms() if now is None else now
+    too_far = InvalidJob(
+        f"due time is more than max_delay_s={settings.max_delay_s:g} seconds ahead"
+    )
     if delay is not None:
         seconds = _finite_number("delay", delay)
         if seconds < 0:
             raise InvalidJob(f"delay must be >= 0 seconds, got {delay!r}")
+        if seconds > settings.max_delay_s:
+            raise too_far  # before multiplying: a huge finite float would overflow
         due = current + round(seconds * 1000)
     elif isinstance(at, dt.datetime):
         if at.tzinfo is None or at.utcoffset() is None:
@@ -140,11 +157,11 @@ def due_ms_of(
         seconds = _finite_number("at", at)
         if seconds < 0:
             raise InvalidJob(f"at must be epoch seconds >= 0, got {at!r}")
+        if seconds > current / 1000 + settings.max_delay_s:
+            raise too_far
         due = round(seconds * 1000)
     if due - current > settings.max_delay_s * 1000:
-        raise InvalidJob(
-            f"due time is more than max_delay_s={settings.max_delay_s:g} seconds ahead"
-        )
+        raise too_far
     return max(due, 0)
 
 
@@ -179,6 +196,11 @@ def validate(
         payload_json = orjson.dumps(payload)
     except TypeError as exc:
         raise InvalidJob(f"payload is not JSON-serialisable: {exc}") from None
+    # orjson writes NaN and ±Infinity as null, which would not fire the payload
+    # verbatim; JSON has no such numbers, so they are refused (looked for only when
+    # the JSON has a null at all, which keeps the common case free).
+    if b"null" in payload_json and _has_non_finite(payload):
+        raise InvalidJob("payload contains NaN or Infinity, which JSON cannot represent")
     if len(payload_json) > settings.payload_max_bytes:
         raise InvalidJob(
             f"payload is {len(payload_json)} bytes as JSON, over payload_max_bytes="
@@ -196,7 +218,17 @@ def validate(
     )
 
 
-def validate_job(job: Job | dict[str, Any], settings: Settings, now: int) -> ValidJob:
+def _has_non_finite(value: object) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_non_finite(item) for item in value)
+    return False
+
+
+def validate_job(job: Job | Mapping[str, Any], settings: Settings, now: int) -> ValidJob:
     """Validate one schedule_many() entry: a Job or a mapping with schedule()'s keys."""
     if isinstance(job, Job):
         fields = {
@@ -204,7 +236,7 @@ def validate_job(job: Job | dict[str, Any], settings: Settings, now: int) -> Val
             "job_id": job.job_id, "biz_id": job.biz_id, "biz_type": job.biz_type,
             "max_attempts": job.max_attempts,
         }
-    elif isinstance(job, dict):
+    elif isinstance(job, Mapping):
         unknown = set(job) - _JOB_KEYS
         if unknown:
             raise InvalidJob(f"unknown job keys: {sorted(unknown)}")
@@ -212,7 +244,7 @@ def validate_job(job: Job | dict[str, Any], settings: Settings, now: int) -> Val
             raise InvalidJob("each job needs 'topic' and 'payload'")
         fields = {key: job.get(key) for key in _JOB_KEYS}
     else:
-        raise InvalidJob(f"each job must be a Job or a dict, got {type(job).__name__}")
+        raise InvalidJob(f"each job must be a Job or a mapping, got {type(job).__name__}")
     return validate(settings=settings, now=now, **fields)
 
 

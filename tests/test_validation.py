@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from types import MappingProxyType
 
 import orjson
 import pytest
@@ -65,6 +66,11 @@ def test_good_topics(topic: str) -> None:
         (None, math.nan, "finite"),
         (None, "tomorrow", "number"),
         (None, NOW / 1000 + 7200, "max_delay_s"),
+        (1e306, None, "max_delay_s"),
+        (None, 1e306, "max_delay_s"),
+        (10**400, None, "out of range"),
+        (None, 10**400, "out of range"),
+        (None, -(10**400), "out of range"),
     ],
 )
 def test_bad_times(delay: object, at: object, message: str) -> None:
@@ -92,6 +98,20 @@ def test_payload_limits() -> None:
         check(payload={1: "non-string key"})
 
 
+@pytest.mark.parametrize(
+    "payload", [math.nan, {"x": math.inf}, [1, {"y": [-math.inf]}], (None, math.nan)]
+)
+def test_payload_with_nan_or_infinity_is_refused(payload: object) -> None:
+    with pytest.raises(InvalidJob, match="NaN or Infinity"):
+        check(payload=payload)
+
+
+def test_payload_with_null_is_kept() -> None:
+    assert check(payload={"a": None, "b": [None, 1.5]}).payload_json == (  # type: ignore
+        b'{"a":null,"b":[null,1.5]}'
+    )
+
+
 def test_payload_is_kept_verbatim() -> None:
     payload = {"s": "'; DROP TABLE job_0000; --", "lua": "redis.call('FLUSHALL')",
                "u": "日本語 ✓", "n": [1, 2.5, None, True]}
@@ -106,6 +126,9 @@ def test_payload_is_kept_verbatim() -> None:
         ("job_id", "x" * 201, "job_id"),
         ("job_id", "a\nb", "control"),
         ("job_id", 42, "job_id must be a str"),
+        ("job_id", "a\ud800b", "lone surrogate"),
+        ("biz_id", "\udfff", "lone surrogate"),
+        ("biz_type", "t\ud83d", "lone surrogate"),
         ("biz_id", 42, "biz_id must be a str"),
         ("biz_id", "", "biz_id"),
         ("biz_type", "t" * 65, "biz_type"),
@@ -128,9 +151,10 @@ def test_unicode_and_long_ids_are_accepted() -> None:
 def test_schedule_many_entries() -> None:
     validate_job(Job("t", 1, delay=1), SETTINGS, NOW)
     validate_job({"topic": "t", "payload": 1, "delay": 1}, SETTINGS, NOW)
+    validate_job(MappingProxyType({"topic": "t", "payload": 1, "delay": 1}), SETTINGS, NOW)
     with pytest.raises(InvalidJob, match="unknown job keys"):
         validate_job({"topic": "t", "payload": 1, "delay": 1, "color": "red"}, SETTINGS, NOW)
     with pytest.raises(InvalidJob, match="needs 'topic' and 'payload'"):
         validate_job({"topic": "t", "delay": 1}, SETTINGS, NOW)
-    with pytest.raises(InvalidJob, match="Job or a dict"):
+    with pytest.raises(InvalidJob, match="Job or a mapping"):
         validate_job(["t", 1], SETTINGS, NOW)  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
@@ -94,18 +95,23 @@ class Dispatcher:
                         for slot in slots if self.ownership.owns(slot)]
                 if not held:
                     continue
-                await in_flight.acquire()
+                # Counted as busy before waiting for room, so that a hand-off starting
+                # meanwhile waits for this round rather than releasing under it.
                 for slot, _ in held:
                     self._rounds_in_flight[slot] += 1
+                await in_flight.acquire()
                 try:
-                    sent, more = await self._claim_and_send(held)
+                    still = [(slot, epoch) for slot, epoch in held
+                             if self.ownership.owns(slot) and self.ownership.epoch(slot) == epoch]
+                    sent, more = await self._claim_and_send(still) if still else ({}, [])
                 except Exception as exc:
                     log.warning("claiming from %d slot(s) failed: %s", len(held), exc)
                     self._round_finished(held, in_flight)
                     await asyncio.sleep(RETRY_AFTER_ERROR_S)
                     more = [slot for slot, _ in held]
                 else:
-                    rounds.create_task(self._finish(held, sent, in_flight))
+                    deadline = time.monotonic() + self.settings.kafka_delivery_timeout_ms / 1000
+                    rounds.create_task(self._finish(held, sent, deadline, in_flight))
                 for slot in more:
                     await self.inbox.put(slot)
 
@@ -152,21 +158,25 @@ class Dispatcher:
         return sent, more
 
     async def _finish(
-        self, held: list[tuple[int, int]], sent: dict[int, list[Sent]],
+        self, held: list[tuple[int, int]], sent: dict[int, list[Sent]], deadline: float,
         in_flight: asyncio.Semaphore,
     ) -> None:
-        """Wait for the broker, then ack what was published (one round trip for all
-        slots) and nack the rest."""
+        """Wait for the broker until the delivery deadline, then ack what was published
+        (one round trip for all slots) and nack the rest."""
         epochs = dict(held)
         try:
             unique = list({id(item.future): item.future
                            for items in sent.values() for item in items}.values())
-            results = await asyncio.gather(*unique, return_exceptions=True)
-            failed = {
-                id(future): _describe(result)
-                for future, result in zip(unique, results, strict=True)
-                if isinstance(result, BaseException)
-            }
+            failed: dict[int, str] = {}
+            if unique:
+                # The producer may retry a batch for longer than that (an idempotent one
+                # retries forever): past the deadline the jobs are retried by delayq, and
+                # a late delivery of the old batch is a duplicate after a failure.
+                await asyncio.wait(unique, timeout=max(deadline - time.monotonic(), 0))
+                for future in unique:
+                    error = self._error_of(future)
+                    if error is not None:
+                        failed[id(future)] = error
             if len(failed) < len(unique):
                 failpoints.hit("after-publish")
             published: dict[int, list[bytes]] = {}
@@ -187,6 +197,16 @@ class Dispatcher:
             log.warning("acking a dispatch round failed: %s", exc)
         finally:
             self._round_finished(held, in_flight)
+
+    def _error_of(self, future: asyncio.Future[object]) -> str | None:
+        """Why a batch was not published by its deadline, or None if it was."""
+        if not future.done():
+            return (f"KafkaTimeoutError: not delivered within "
+                    f"{self.settings.kafka_delivery_timeout_ms} ms (kafka_delivery_timeout_ms)")
+        if future.cancelled():
+            return "CancelledError: the producer dropped the batch"
+        error = future.exception()
+        return None if error is None else _describe(error)
 
     async def _nack(self, slot: int, epoch: int, errors: dict[bytes, str]) -> None:
         by_error: dict[str, list[bytes]] = defaultdict(list)

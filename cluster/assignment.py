@@ -1,12 +1,14 @@
 """Which live member owns which slot: bounded-load rendezvous hashing.
 
-Every member computes the same map from the same member list, with no coordination:
-each slot ranks the members by a hash of (member, slot) and goes to the best-ranked
-member that still has room (at most floor(slots / members) each, then one extra for as
-many members as slots are left over). The result is deterministic and even (owners
-differ by at most one slot), and a change of
-membership moves few slots: a leaving member's slots are spread over the others, and
-a joining member takes about slots / members from the rest.
+Every member computes the same map from the same member list, with no coordination.
+Each (member, slot) pair has a pseudo-random weight; going through all pairs from the
+heaviest down, a slot goes to the member of the pair if the slot has no owner yet and
+the member has room (floor(slots / members) each, plus one extra for as many members
+as slots are left over). The map is deterministic and even (owners differ by at most
+one slot), and a change of membership moves few slots: a slot keeps its owner unless
+that owner left or a heavier pair claims the room, so a leaving member's slots spread
+over the others and a joining member takes about slots / members from the rest
+(tests/test_assignment.py measures how close to the fewest possible moves this is).
 """
 
 from __future__ import annotations
@@ -25,25 +27,21 @@ def assign(slots: int, members: Sequence[str]) -> dict[int, str]:
     if not members:
         return {}
     unique = sorted(set(members))
-    floor = slots // len(unique)
-    ranked = {
-        slot: sorted(unique, key=lambda m: _weight(m, slot), reverse=True)
-        for slot in range(slots)
-    }
+    floor, extra = divmod(slots, len(unique))
+    pairs = sorted(
+        ((_weight(member, slot), slot, member) for slot in range(slots) for member in unique),
+        reverse=True,
+    )
     load = dict.fromkeys(unique, 0)
     owners: dict[int, str] = {}
-    # Phase 1: every member takes up to `floor` slots, each slot its best-ranked member.
-    for slot in range(slots):
-        for member in ranked[slot]:
-            if load[member] < floor:
-                owners[slot] = member
-                load[member] += 1
-                break
-    # Phase 2: the `extra` slots left over go one each to their best-ranked member
-    # that has not taken an extra one yet.
-    for slot in range(slots):
-        if slot not in owners:
-            member = next(m for m in ranked[slot] if load[m] == floor)
+    for _, slot, member in pairs:
+        if slot in owners:
+            continue
+        if load[member] < floor or (load[member] == floor and extra > 0):
+            if load[member] == floor:
+                extra -= 1
             owners[slot] = member
             load[member] += 1
+            if len(owners) == slots:
+                break
     return owners

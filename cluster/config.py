@@ -70,6 +70,7 @@ class Settings:
     kafka_idempotence: bool = True
     kafka_linger_ms: int = 2
     kafka_request_timeout_ms: int = 15000
+    kafka_delivery_timeout_ms: int = 20000
     kafka_max_batch_bytes: int = 1048576
 
     def __post_init__(self) -> None:
@@ -86,7 +87,7 @@ class Settings:
             "record_interval_ms", "marker_retention_ms", "reconcile_interval_ms",
             "safety_wake_ms", "reap_interval_ms", "inflight_timeout_ms",
             "retry_backoff_ms", "retry_backoff_max_ms", "queue_size", "kafka_request_timeout_ms",
-            "kafka_max_batch_bytes", "zk_session_timeout_ms",
+            "kafka_delivery_timeout_ms", "kafka_max_batch_bytes", "zk_session_timeout_ms",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -96,11 +97,17 @@ class Settings:
             raise ConfigError(f"max_delay_s must be > 0, got {self.max_delay_s}")
         if self.default_max_attempts > 1000:
             raise ConfigError("default_max_attempts must be <= 1000")
-        if self.inflight_timeout_ms <= self.kafka_request_timeout_ms:
-            # A slow but healthy broker must not turn every in-flight job into a duplicate.
+        if self.inflight_timeout_ms <= self.kafka_delivery_timeout_ms:
+            # A slow but healthy broker must not turn every in-flight job into a duplicate:
+            # the dispatcher gives up on (and retries) a batch before the reaper would.
             raise ConfigError(
-                "inflight_timeout_ms must be longer than kafka_request_timeout_ms "
-                f"({self.inflight_timeout_ms} <= {self.kafka_request_timeout_ms})"
+                "inflight_timeout_ms must be longer than kafka_delivery_timeout_ms "
+                f"({self.inflight_timeout_ms} <= {self.kafka_delivery_timeout_ms})"
+            )
+        if self.kafka_delivery_timeout_ms < self.kafka_request_timeout_ms:
+            raise ConfigError(
+                "kafka_delivery_timeout_ms must be at least kafka_request_timeout_ms "
+                f"({self.kafka_delivery_timeout_ms} < {self.kafka_request_timeout_ms})"
             )
         if not self.zk_root.startswith("/") or (self.zk_root.endswith("/") and self.zk_root != "/"):
             raise ConfigError(f"zk_root must be an absolute znode path, got {self.zk_root!r}")

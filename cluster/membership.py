@@ -21,8 +21,9 @@ Hand-off is two-sided, so a slot is never worked on by two nodes at once:
 From then on every script that acts as the owner carries the epoch and Redis refuses an
 older one (lua/includes/fence.lua). A node whose session expired while it kept
 running, was paused or partitioned, is fenced the moment the new owner takes the slot,
-even before it notices. When its session is lost, or it is disconnected for most of
-the session timeout, a node drops every slot at once and rejoins with a new session.
+even before it notices. When its session is lost, or ZooKeeper has not answered it for
+most of the session timeout, a node drops every slot at once and rejoins with a new
+session.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ from cluster.scripts import Scripts
 log = logging.getLogger(__name__)
 
 RECONCILE_INTERVAL_S = 0.2
-# Disconnected for this share of the session timeout, a node can no longer be sure its
-# session is alive, so it stops working on its slots.
+# Without an answer from ZooKeeper for this share of the session timeout, a node can no
+# longer be sure its session is alive, so it stops working on its slots.
 SUSPEND_GIVE_UP = 0.75
 
 
@@ -78,6 +79,7 @@ class Membership:
         # a superset of _held (a take whose Redis step failed is here, not there).
         self._claimed: dict[int, int] = {}
         self._stopping = False
+        self._last_contact = time.monotonic()
         self._wake = asyncio.Event()
         self._watchdog: asyncio.Task[None] | None = None
         self._members_watch: asyncio.Future[None] | None = None
@@ -194,7 +196,9 @@ class Membership:
             # A join or leave wakes the loop at once (the periodic pass is the fallback).
             self._members_watch = zk.wait_for_events([WatchEvent.CHILDREN_CHANGED], path)
             self._members_watch.add_done_callback(lambda _: self._wake.set())
+        asked_at = time.monotonic()
         members = sorted(await zk.get_children(path, watch=True))
+        self._answered(asked_at)
         if self.member not in members:
             # Our ephemeral znode is gone: the session expired. Rejoin as a new member.
             self.drop_all(f"member {self.member} is gone (session expired)")
@@ -211,12 +215,16 @@ class Membership:
                 return
             await self._take(slot, set(members))
 
+    def _answered(self, asked_at: float) -> None:
+        """ZooKeeper answered a request sent at `asked_at`: the session was alive then."""
+        self._last_contact = max(self._last_contact, asked_at)
+
     async def _release(self, slot: int) -> None:
         version = self._claimed[slot]
         if self._held.pop(slot, None) is not None:  # actors stop working on it now
             try:
                 await asyncio.wait_for(
-                    self.quiesce(slot), self.settings.kafka_request_timeout_ms / 1000 * 2
+                    self.quiesce(slot), self.settings.kafka_delivery_timeout_ms / 1000 * 2
                 )
             except TimeoutError:
                 log.warning("slot %d: rounds still in flight at hand-off", slot)
@@ -231,10 +239,17 @@ class Membership:
     async def _take(self, slot: int, live: set[str]) -> None:
         zk = self._zk()
         path = f"{self.root}/slots/{slot}"
+        asked_at = time.monotonic()
         data, stat = await zk.get(path)
+        self._answered(asked_at)
         owner = orjson.loads(data).get("owner") if data else None
-        if owner is not None and owner != self.member and owner in live:
-            return  # its owner is alive and has not released it yet
+        if owner is not None and owner != self.member:
+            if owner in live:
+                return  # its owner is alive and has not released it yet
+            # `live` was read at the start of this pass: a member that joined since
+            # may already own the slot. Only a member whose znode is gone is dead.
+            if await zk.exists(f"{self.root}/members/{owner}"):
+                return
         try:
             new = await zk.set(
                 path, orjson.dumps({"owner": self.member, "node_id": self.settings.node_id}),
@@ -255,23 +270,18 @@ class Membership:
         self.on_acquired(slot)
 
     async def _watch_session(self) -> None:
-        """Drop every slot at once when the session is lost, or when disconnected for
-        most of the session timeout (the session may be gone without our knowing)."""
+        """Drop every slot at once when the session is lost, or when ZooKeeper has not
+        answered for most of the session timeout: the server expires a session a
+        session timeout after it last heard from it, so stopping earlier means this
+        node stops before anyone else may take its slots."""
         zk = self._zk()
         give_up_s = self.settings.zk_session_timeout_ms / 1000 * SUSPEND_GIVE_UP
-        suspended_since: float | None = None
         while True:
-            state = zk.session.state.current_state
-            if state == States.LOST:
+            if zk.session.state.current_state == States.LOST:
                 if self._held:
                     self.drop_all("ZooKeeper session lost")
-                suspended_since = None
-            elif state == States.SUSPENDED:
-                suspended_since = suspended_since or time.monotonic()
-                if time.monotonic() - suspended_since > give_up_s and self._held:
-                    self.drop_all(f"disconnected from ZooKeeper for over {give_up_s:.1f} s")
-            else:
-                suspended_since = None
+            elif time.monotonic() - self._last_contact > give_up_s and self._held:
+                self.drop_all(f"no answer from ZooKeeper for over {give_up_s:.1f} s")
             await asyncio.sleep(0.05)
 
     async def _leave(self) -> None:

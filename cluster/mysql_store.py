@@ -222,6 +222,7 @@ class MySQLStore:
             "databases": str(self.settings.mysql_databases),
             "tables": str(self.settings.mysql_tables),
             "key_prefix": self.settings.key_prefix,
+            "slots": str(self.settings.slots),
         }
 
     async def _read_meta(self, cur: Any) -> dict[str, str]:
@@ -253,6 +254,12 @@ class MySQLStore:
             raise SchemaError(
                 f"the database holds a {meta.get('databases')}×{meta.get('tables')} shard "
                 f"layout but settings say {wanted['databases']}×{wanted['tables']}"
+            )
+        if meta.get("slots", wanted["slots"]) != wanted["slots"]:
+            # A producer with another slot count would put jobs in slots no node owns.
+            raise SchemaError(
+                f"the cluster has {meta['slots']} slots but settings say "
+                f"slots={wanted['slots']}: the slot count is fixed when a cluster is created"
             )
 
     # ----- producer side -----------------------------------------------------------------

@@ -6,6 +6,11 @@ submit each batch once. Records are partitioned by key with Kafka's default murm
 partitioner, so a key lands on the same partition as with any other Kafka producer.
 Every job gets the future of the batch it went into. Each record carries the header
 "delayq-node" naming the node that published it.
+
+publish() never waits for the broker's metadata of a topic it has not seen yet (that
+wait can last the whole request timeout when the topic does not exist): records of such
+a topic are sent by a task of their own once the metadata arrives, so a poison topic
+never holds up the others.
 """
 
 from __future__ import annotations
@@ -28,6 +33,25 @@ def _failed(exc: BaseException) -> asyncio.Future[object]:
     return future
 
 
+def _chain(source: asyncio.Future[object] | None, target: asyncio.Future[object]) -> None:
+    """Settle `target` like `source` once it is done."""
+    if source is None:
+        target.set_exception(RuntimeError("not sent"))
+        return
+
+    def copy(done: asyncio.Future[object]) -> None:
+        if target.done():
+            return
+        if done.cancelled():
+            target.cancel()
+        elif (error := done.exception()) is not None:
+            target.set_exception(error)
+        else:
+            target.set_result(done.result())
+
+    source.add_done_callback(copy)
+
+
 class Publisher:
     def __init__(self, producer: AIOKafkaProducer, node_id: str, max_record_bytes: int) -> None:
         self.producer = producer
@@ -36,35 +60,67 @@ class Publisher:
         self.max_record_bytes = max_record_bytes
         self.partitioner = DefaultPartitioner()
         self.headers = [("delayq-node", node_id.encode())]
+        self._lookups: set[asyncio.Task[None]] = set()  # sends waiting for metadata
 
     async def publish(self, fires: Sequence[Fire]) -> list[asyncio.Future[object]]:
         """Hand every record to the producer; returns one future per record (records
         in one batch share it). Errors come back through the futures, never raised."""
         futures: list[asyncio.Future[object] | None] = [None] * len(fires)
-        targets: dict[tuple[str, int], list[int]] = defaultdict(list)
-        partitions: dict[str, list[int] | BaseException] = {}
+        by_topic: dict[str, list[int]] = defaultdict(list)
         for index, fire in enumerate(fires):
-            known = partitions.get(fire.topic)
-            if known is None:
-                try:
-                    known = sorted(await self.producer.partitions_for(fire.topic))
-                except Exception as exc:  # unknown topic, broker unreachable
-                    known = exc
-                partitions[fire.topic] = known
-            if isinstance(known, BaseException):
-                futures[index] = _failed(known)
-                continue
+            by_topic[fire.topic].append(index)
+        for topic, indexes in by_topic.items():
+            partitions = self.producer.client.cluster.partitions_for_topic(topic)
+            if partitions:
+                await self._send_topic(topic, sorted(partitions), fires, indexes, futures)
+            else:
+                self._send_when_known(topic, fires, indexes, futures)
+        return [f if f is not None else _failed(RuntimeError("not sent")) for f in futures]
+
+    async def _send_topic(
+        self, topic: str, partitions: list[int], fires: Sequence[Fire], indexes: list[int],
+        futures: list[asyncio.Future[object] | None],
+    ) -> None:
+        """Send records of one topic whose partitions are known, a batch per partition."""
+        targets: dict[int, list[int]] = defaultdict(list)
+        for index in indexes:
+            fire = fires[index]
             size = len(fire.key) + len(fire.value)
             if size > self.max_record_bytes:
                 futures[index] = _failed(MessageSizeTooLargeError(
                     f"record of {size} bytes is over the {self.max_record_bytes}-byte limit "
                     "(kafka_max_batch_bytes)"))
                 continue
-            partition = self.partitioner(fire.key, known, known)
-            targets[(fire.topic, partition)].append(index)
-        for (topic, partition), indexes in targets.items():
-            await self._send_batches(topic, partition, fires, indexes, futures)
-        return [f if f is not None else _failed(RuntimeError("not sent")) for f in futures]
+            targets[self.partitioner(fire.key, partitions, partitions)].append(index)
+        for partition, members in targets.items():
+            await self._send_batches(topic, partition, fires, members, futures)
+
+    def _send_when_known(
+        self, topic: str, fires: Sequence[Fire], indexes: list[int],
+        futures: list[asyncio.Future[object] | None],
+    ) -> None:
+        """Give each record a future now; a task waits for the topic's metadata (up to
+        the producer's request timeout), sends them, and settles the futures."""
+        loop = asyncio.get_running_loop()
+        proxies: list[asyncio.Future[object]] = [loop.create_future() for _ in indexes]
+        for index, proxy in zip(indexes, proxies, strict=True):
+            futures[index] = proxy
+
+        async def send() -> None:
+            inner: list[asyncio.Future[object] | None] = [None] * len(fires)
+            try:
+                partitions = sorted(await self.producer.partitions_for(topic))
+                await self._send_topic(topic, partitions, fires, indexes, inner)
+            except Exception as exc:  # unknown topic, broker unreachable
+                for proxy in proxies:
+                    proxy.set_exception(exc)
+                return
+            for index, proxy in zip(indexes, proxies, strict=True):
+                _chain(inner[index], proxy)
+
+        task = loop.create_task(send(), name=f"publish-to-new-topic-{topic}")
+        self._lookups.add(task)
+        task.add_done_callback(self._lookups.discard)
 
     async def _send_batches(
         self, topic: str, partition: int, fires: Sequence[Fire], indexes: list[int],

@@ -9,6 +9,7 @@ import pytest
 from cluster.assignment import assign
 
 MEMBERS = [f"m-{i:010d}" for i in range(8)]
+MEMBERS_12 = [f"m-{i:010d}" for i in range(12)]
 
 
 def moved(before: dict[int, str], after: dict[int, str]) -> int:
@@ -37,13 +38,35 @@ def test_no_members_no_owners() -> None:
     assert assign(16, []) == {}
 
 
+def fewest_moves(before: dict[int, str], after: dict[int, str]) -> int:
+    """The fewest slots any balanced map could move: a leaving member's slots, or the
+    share a joining member must take."""
+    gone = set(before.values()) - set(after.values())
+    new = set(after.values()) - set(before.values())
+    return sum(1 for slot in before if before[slot] in gone or after[slot] in new)
+
+
+@pytest.mark.parametrize("slots", [16, 64, 256])
+def test_joins_and_leaves_move_close_to_the_fewest_slots_possible(slots: int) -> None:
+    total = fewest = 0
+    for count in range(1, 12):
+        grown = MEMBERS_12[: count + 1]
+        for before, after in (
+            (assign(slots, grown[:count]), assign(slots, grown)),  # a member joins
+            (assign(slots, grown), assign(slots, grown[1:])),  # the oldest leaves
+        ):
+            total += moved(before, after)
+            fewest += fewest_moves(before, after)
+    # Measured: 1.43x the fewest for 16 slots, 1.18x for 64, 1.11x for 256.
+    assert total <= 1.5 * fewest
+
+
 @pytest.mark.parametrize("slots", [16, 64, 1024])
 def test_leaving_member_moves_little_more_than_its_own_slots(slots: int) -> None:
     before = assign(slots, MEMBERS[:4])
     after = assign(slots, MEMBERS[:3])
     own = sum(1 for owner in before.values() if owner == MEMBERS[3])
-    # Its slots must move; the cap may bend a few more (bounded here at 25 % of slots).
-    assert own <= moved(before, after) <= own + max(2, slots // 4)
+    assert own <= moved(before, after) <= own + max(2, slots // 8)
 
 
 @pytest.mark.parametrize("slots", [16, 64, 1024])
@@ -52,4 +75,4 @@ def test_joining_member_takes_about_its_share(slots: int) -> None:
     after = assign(slots, MEMBERS[:4])
     taken = sum(1 for owner in after.values() if owner == MEMBERS[3])
     assert taken >= slots // 4
-    assert moved(before, after) <= taken + max(2, slots // 4)
+    assert moved(before, after) <= taken + max(2, slots // 8)

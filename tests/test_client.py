@@ -166,7 +166,7 @@ HOSTILE = ["'; DROP TABLE job_0000; --", "redis.call('FLUSHALL')", "\\\\", "{dq:
         (lambda c: c.schedule_many([{"topic": "t", "payload": 1, "delay": 1}] * 100_001),
          "at most"),
         (lambda c: c.schedule_many([{"topic": "t", "payload": 1, "delay": 1}, "job"]),
-         "job 1: each job must be a Job or a dict"),
+         "job 1: each job must be a Job or a mapping"),
         (lambda c: c.schedule("t", 1, delay=1, job_id="x" * 201), "job_id"),
         (lambda c: c.schedule("t", 1, delay=1, job_id=7), "job_id must be a str"),
         (lambda c: c.schedule(HOSTILE[0], 1, delay=1), "not a valid Kafka topic"),

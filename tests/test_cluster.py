@@ -8,6 +8,7 @@ from cluster.client import DelayClient, Job
 from cluster.config import Settings
 from cluster.keys import KeySpace
 from cluster.membership import ClusterConfigError, Membership
+from cluster.mysql_store import SchemaError
 from cluster.node import Node
 from cluster.redis_conn import RedisClient
 from cluster.scripts import Scripts
@@ -30,8 +31,11 @@ async def test_a_node_with_another_slot_count_is_refused(
         second = Membership(other, Scripts(redis, KeySpace(other.key_prefix)))
         with pytest.raises(ClusterConfigError, match=f"has {settings.slots} slots"):
             await second.join()
-        with pytest.raises(ClusterConfigError):
+        # MySQL records the slot count at migration: nodes and producers check it.
+        with pytest.raises(SchemaError, match=f"cluster has {settings.slots} slots"):
             await Node(other).start()
+        with pytest.raises(SchemaError, match=f"cluster has {settings.slots} slots"):
+            await DelayClient(other).open()
     finally:
         await first._leave()
 

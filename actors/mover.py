@@ -65,7 +65,8 @@ class Mover:
                 self.scanner.move_failed(slot, RETRY_AFTER_ERROR_MS)
             await asyncio.sleep(RETRY_AFTER_ERROR_MS / 1000)
             return
-        failpoints.hit("after-move")
+        if any(result is not None and result.moved for result in results):
+            failpoints.hit("after-move")
         for (slot, epoch), result in zip(held, results, strict=True):
             if result is None:
                 self.ownership.lost(slot, epoch)

@@ -38,17 +38,28 @@ from cluster.jobs import (
     validate_job,
 )
 from cluster.keys import KeySpace, slot_of
-from cluster.mysql_store import JobRecord, MySQLStore
+from cluster.mysql_store import CommitUnknown, JobRecord, MySQLStore
 from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import NewJob, Scripts
 
 __all__ = [
-    "DeadJob", "DelayClient", "InvalidJob", "Job", "JobRecord", "JobStatus", "StoreUnavailable",
+    "DeadJob", "DelayClient", "InvalidJob", "Job", "JobRecord", "JobStatus", "OutcomeUnknown",
+    "StoreUnavailable",
 ]
 
 
 class StoreUnavailable(RuntimeError):
     """MySQL could not be reached, so nothing was scheduled (Redis was not touched)."""
+
+
+class OutcomeUnknown(RuntimeError):
+    """The connection to MySQL broke while it was committing: the jobs may or may not be
+    scheduled. `job_ids` names them; scheduling them again with the same job_id is safe
+    (one job per id), and get() tells which exist."""
+
+    def __init__(self, message: str, job_ids: list[str]) -> None:
+        super().__init__(message)
+        self.job_ids = job_ids
 
 PENDING_STATUSES = (int(JobStatus.PENDING), int(JobStatus.FIRING))
 MAX_BATCH = 100_000
@@ -175,15 +186,30 @@ class DelayClient:
     async def _store(self, jobs: list[ValidJob], keyed: set[str]) -> None:
         """MySQL first (committed), then the add script for every slot in one pipeline."""
         slots = [slot_of(job.job_id, self.settings.slots) for job in jobs]
+        unreachable = (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError)
         try:
             await self.mysql.insert_jobs(jobs, slots)
-        except (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError) as exc:
+        except CommitUnknown as exc:
+            # Rows that are there were committed (the write is all or nothing); rows
+            # that are not may still be on their way, so that outcome stays unknown.
+            ids = [job.job_id for job in jobs]
+            unknown = OutcomeUnknown(
+                f"MySQL connection lost while committing; the job(s) may be scheduled: {exc}",
+                ids)
+            try:
+                rows = await self.mysql.get_many(ids)
+            except unreachable:
+                raise unknown from exc
+            if len(rows) < len(jobs):
+                raise unknown from exc
+        except unreachable as exc:
             raise StoreUnavailable(
                 f"MySQL is unreachable, nothing was scheduled: {exc}"
             ) from exc
-        # A caller's job_id may already exist: Redis must get the row MySQL kept, and
-        # nothing if that job has fired, was cancelled or is dead.
-        rows = await self.mysql.get_many(sorted(keyed)) if keyed else {}
+        else:
+            # A caller's job_id may already exist: Redis must get the row MySQL kept,
+            # and nothing if that job has fired, was cancelled or is dead.
+            rows = await self.mysql.get_many(sorted(keyed)) if keyed else {}
         by_slot: dict[int, list[NewJob]] = defaultdict(list)
         for slot, job in zip(slots, jobs, strict=True):
             row = rows.get(job.job_id)

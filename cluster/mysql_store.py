@@ -35,6 +35,16 @@ class SchemaError(RuntimeError):
     """The database is not migrated, or was migrated with another shard layout."""
 
 
+class CommitUnknown(RuntimeError):
+    """The connection broke while MySQL may have been committing: the write may or may
+    not have happened."""
+
+
+# PyMySQL's "Lost connection to MySQL server during query": the statement was sent, so
+# when it was the commit, nobody knows whether it took effect.
+_LOST_DURING_QUERY = 2013
+
+
 def ms_to_datetime(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, UTC).replace(tzinfo=None)
 
@@ -274,25 +284,41 @@ class MySQLStore:
         for index, job in enumerate(jobs):
             by_shard[shard_of(job.job_id, self.settings.mysql_databases,
                               self.settings.mysql_tables)].append(index)
-        async with self.pool.acquire() as conn, conn.cursor() as cur:
-            for shard, indexes in by_shard.items():
-                table, _ = self._shard_tables(shard)
-                rows = [
-                    (
-                        jobs[i].job_id, jobs[i].topic, jobs[i].biz_id, jobs[i].biz_type,
-                        int(JobStatus.PENDING), ms_to_datetime(jobs[i].due_ms),
-                        jobs[i].max_attempts, jobs[i].payload_json.decode(), slots[i],
-                    )
-                    for i in indexes
-                ]
-                await cur.executemany(
-                    f"INSERT INTO {table} (job_id, topic, biz_id, biz_type, status,"
-                    f" action_time, max_attempts, payload, slot)"
-                    # Placeholders only: aiomysql turns that into one multi-row INSERT.
-                    f" VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                    f" ON DUPLICATE KEY UPDATE job_id = job_id",
-                    rows,
-                )
+        async with self.pool.acquire() as conn:
+            # Several shards go in one transaction: all jobs of the call or none. One
+            # shard is one statement, atomic by itself.
+            in_transaction = len(by_shard) > 1
+            if in_transaction:
+                await conn.begin()
+            committing = not in_transaction
+            try:
+                async with conn.cursor() as cur:
+                    for shard, indexes in by_shard.items():
+                        table, _ = self._shard_tables(shard)
+                        rows = [
+                            (
+                                jobs[i].job_id, jobs[i].topic, jobs[i].biz_id,
+                                jobs[i].biz_type, int(JobStatus.PENDING),
+                                ms_to_datetime(jobs[i].due_ms), jobs[i].max_attempts,
+                                jobs[i].payload_json.decode(), slots[i],
+                            )
+                            for i in indexes
+                        ]
+                        await cur.executemany(
+                            f"INSERT INTO {table} (job_id, topic, biz_id, biz_type, status,"
+                            f" action_time, max_attempts, payload, slot)"
+                            # Placeholders only: aiomysql makes one multi-row INSERT of it.
+                            f" VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                            f" ON DUPLICATE KEY UPDATE job_id = job_id",
+                            rows,
+                        )
+                if in_transaction:
+                    committing = True
+                    await conn.commit()
+            except pymysql.err.OperationalError as exc:
+                if committing and exc.args and exc.args[0] == _LOST_DURING_QUERY:
+                    raise CommitUnknown(str(exc)) from exc
+                raise  # not committed: a broken connection rolls the transaction back
 
     async def get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         found: dict[str, JobRecord] = {}

@@ -2,7 +2,10 @@
 whether MySQL and Redis agree afterwards.
 
 lost = ok-scheduled − ok-cancelled − fired − dead. A call whose outcome is unknown (it
-raised after possibly writing) is neither counted as scheduled nor as lost.
+raised after possibly writing) is neither counted as scheduled nor as lost; a call that
+failed with a clear error must have written nothing, so every job fired or stored in
+MySQL was scheduled ok, unless it can be one of the unknown calls' jobs ("unexpected"
+counts the rest and must not exceed the unknown calls' jobs).
 """
 
 from __future__ import annotations
@@ -44,11 +47,13 @@ class Verdict:
     dead: int
     max_lateness_ms: float
     violations: list[str]
+    unexpected: int  # fired or stored, but no call that returned ok scheduled it
 
     def row(self) -> dict[str, object]:
         return {"scheduled": self.scheduled, "fired": self.fired,
                 "duplicates": self.duplicates, "lost": len(self.lost), "early": self.early,
-                "dead": self.dead, "max_lateness_ms": round(self.max_lateness_ms)}
+                "dead": self.dead, "max_lateness_ms": round(self.max_lateness_ms),
+                "unexpected": self.unexpected}
 
 
 async def verdict(
@@ -56,6 +61,7 @@ async def verdict(
 ) -> Verdict:
     fired = Counter(str(r["job_id"]) for r in records)
     dead = {job.job_id for job in await client.dead_letters(limit=10**9)}
+    rows = await _all_rows(client)
     return Verdict(
         scheduled=len(ledger.scheduled),
         fired=len(fired),
@@ -65,11 +71,14 @@ async def verdict(
         cancelled_but_fired=sorted(ledger.cancelled & set(fired)),
         dead=len(dead),
         max_lateness_ms=max((r["received_ms"] - r["due_ms"] for r in records), default=0.0),
-        violations=await invariant_violations(client, redis),
+        violations=await invariant_violations(client, redis, rows),
+        unexpected=len((set(fired) | set(rows)) - ledger.scheduled),
     )
 
 
-async def invariant_violations(client: DelayClient, redis: RedisClient) -> list[str]:
+async def invariant_violations(
+    client: DelayClient, redis: RedisClient, rows: dict[str, JobStatus]
+) -> list[str]:
     """After the load stopped: every pending job sits in exactly one of delay / ready /
     in flight / dead; no fired or cancelled job sits in any."""
     places: dict[str, list[str]] = {}
@@ -90,7 +99,6 @@ async def invariant_violations(client: DelayClient, redis: RedisClient) -> list[
         for envelope in envelopes.values():
             record_of(envelope)  # every envelope parses
     violations = []
-    rows = await _all_rows(client)
     for job_id, status in rows.items():
         where = places.get(job_id, [])
         if status in (JobStatus.PENDING, JobStatus.FIRING) and len(where) != 1:

@@ -116,8 +116,8 @@ class Collector:
     A live consumer can miss a record that the broker made visible out of order (seen
     with the local broker under concurrent producers), so when a poll comes back empty
     the collector re-reads the whole topic with a fresh consumer, at most every
-    REREAD_EVERY_S, and adds what it missed. Those records get the re-read time as
-    their receive time, which overstates their lateness, never understates it.
+    REREAD_EVERY_S, and adds what it missed, with the time the re-reading consumer
+    received them (a real receive time, at worst later than the live consumer's).
     """
 
     REREAD_EVERY_S = 2.0
@@ -158,9 +158,9 @@ class Collector:
         consumer missed. Returns how many records were added."""
         self._last_reread = time.monotonic()
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
-        await consumer.start()
         added = 0
         try:
+            await consumer.start()
             consumer.assign(self.partitions)
             await consumer.seek_to_beginning(*self.partitions)
             while batch := await consumer.getmany(timeout_ms=500):

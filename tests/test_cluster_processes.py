@@ -18,7 +18,7 @@ from cluster.client import DelayClient, Job
 from cluster.config import Settings
 from cluster.status import read_status
 from tests.conftest import Collector
-from tests.processes import NodeProcess, start_nodes, wait_served
+from tests.processes import NodeProcess, slots_served_by, start_nodes, wait_served
 
 pytestmark = pytest.mark.slow
 
@@ -71,9 +71,12 @@ async def test_three_nodes_share_jobs_none_lost_none_duplicated(
     finally:
         stop_all(nodes)
     lost, duplicates = tally(ids, fired)
-    report("steady", lost=len(lost), duplicates=duplicates)
+    report("steady", lost=len(lost), duplicates=duplicates,
+           found_by_reread=collector.reread_found)
     assert not lost
     assert duplicates == 0
+    # Not one retry either: a duplicate still on its way would show up here first.
+    assert {r["attempt"] for r in collector.records} == {1}
     assert {r["node"] for r in collector.records} == set(NAMES)
     assert all(r["fired_ms"] >= r["due_ms"] for r in collector.records)  # type: ignore
 
@@ -155,12 +158,15 @@ async def test_a_fourth_node_joins_mid_run_and_takes_its_share(
         nodes += await start_nodes(settings, tmp_path, ["node-d"])
         joined_at = time.time()
         served_at = await wait_served(settings, {*NAMES, "node-d"})
+        share = Counter((await slots_served_by(settings)).values())["node-d"]
         fired = await collect_all(collector, ids, timeout_s=90)
     finally:
         stop_all(nodes)
     lost, duplicates = tally(ids, fired)
-    report("join", share_taken_after_s=round(served_at - joined_at, 2), lost=len(lost),
-           duplicates=duplicates)
+    report("join", share_taken_after_s=round(served_at - joined_at, 2), slots_taken=share,
+           lost=len(lost), duplicates=duplicates, found_by_reread=collector.reread_found)
     assert not lost
     assert duplicates == 0  # a graceful hand-off is not a failure
+    assert {r["attempt"] for r in collector.records} == {1}
+    assert share == settings.slots // 4  # its even share: 16 slots over 4 nodes
     assert "node-d" in {r["node"] for r in collector.records}

@@ -91,8 +91,10 @@ def _parser() -> argparse.ArgumentParser:
         "dead", help="jobs that used up their attempts: list, show, replay, purge",
         description="list: dead jobs with their last error (--topic, --limit). show JOB_ID: "
         "one dead job with its history. replay: give dead jobs a new set of attempts, due "
-        "now. purge: forget dead jobs in Redis (MySQL keeps them, status dead). replay and "
-        "purge take --job-id (repeatable), --topic or --all.",
+        "now (a job named by --job-id that is dead in MySQL but no longer in the set, purged "
+        "or lost by Redis, is replayed from MySQL). purge: forget dead jobs in Redis (MySQL "
+        "keeps them, status dead). replay and purge take --job-id (repeatable), --topic or "
+        "--all.",
     )
     dead.add_argument("action", choices=["list", "show", "replay", "purge"])
     dead.add_argument("job", nargs="?", help="with show: the job id")

@@ -324,25 +324,42 @@ class DelayClient:
         self, job_ids: Sequence[str] | None = None, *, topic: str | None = None
     ) -> int:
         """Give dead jobs a new set of attempts, due now: those named, those of a topic,
-        or (neither given) all. Returns how many were replayed."""
-        return await self._each_dead(job_ids, topic, self._replay)
+        or (neither given) all. Returns how many were replayed.
+
+        A named job that is dead in MySQL but no longer in the dead-letter set (it was
+        purged, or Redis lost it) is replayed from its MySQL row."""
+        if job_ids is not None:
+            return await self._each_named(job_ids, self._replay_named)
+        return await self._each_listed(topic, self._replay)
 
     async def purge_dead(
         self, job_ids: Sequence[str] | None = None, *, topic: str | None = None
     ) -> int:
         """Forget dead jobs in Redis (MySQL keeps them as dead): those named, those of
         a topic, or (neither given) all. Returns how many were purged."""
-        return await self._each_dead(job_ids, topic, self._purge)
-
-    async def _each_dead(
-        self, job_ids: Sequence[str] | None, topic: str | None,
-        act: Callable[[int, list[str]], Awaitable[int]],
-    ) -> int:
         if job_ids is not None:
-            by_slot: dict[int, list[str]] = defaultdict(list)
-            for job_id in job_ids:
-                by_slot[slot_of(check_job_id(job_id), self.settings.slots)].append(job_id)
-            return sum([await act(slot, ids) for slot, ids in by_slot.items()])
+            return await self._each_named(job_ids, self._purge)
+        return await self._each_listed(topic, self._purge)
+
+    async def _each_named(
+        self, job_ids: Sequence[str], act: Callable[[int, list[str]], Awaitable[int]]
+    ) -> int:
+        """act(slot, ids) for the named jobs, by slot, at most DEAD_PAGE ids a call."""
+        if isinstance(job_ids, str) or not isinstance(job_ids, Sequence):
+            raise InvalidJob("job_ids must be a list of job ids")
+        by_slot: dict[int, list[str]] = defaultdict(list)
+        for job_id in job_ids:  # every id is checked before anything changes
+            by_slot[slot_of(check_job_id(job_id), self.settings.slots)].append(job_id)
+        done = 0
+        for slot, ids in by_slot.items():
+            for start in range(0, len(ids), DEAD_PAGE):
+                done += await act(slot, ids[start : start + DEAD_PAGE])
+        return done
+
+    async def _each_listed(
+        self, topic: str | None, act: Callable[[int, list[str]], Awaitable[int]]
+    ) -> int:
+        """act(slot, ids) for every page of the dead-letter sets (of one topic)."""
         if topic is not None:
             check_topic(topic)
         pages: list[tuple[int, list[str]]] = []
@@ -351,13 +368,24 @@ class DelayClient:
         return sum([await act(slot, ids) for slot, ids in pages if ids])
 
     async def _replay(self, slot: int, job_ids: list[str]) -> int:
-        # MySQL first: a replayed job must read pending there before it can fire.
-        for job_id in job_ids:
-            await self.mysql.set_status(
-                job_id, JobStatus.PENDING, slot, from_statuses=(int(JobStatus.DEAD),),
-                note="replayed from the dead letters", reset_attempts=True,
-            )
-        return await self.scripts.dead_replay(slot, job_ids)
+        # The script journals each replay, so the recorder sets the MySQL row back to
+        # pending in order, after the job's death, even if that is not recorded yet.
+        return sum(await self.scripts.dead_replay(slot, job_ids))
+
+    async def _replay_named(self, slot: int, job_ids: list[str]) -> int:
+        replayed = await self.scripts.dead_replay(slot, job_ids)
+        rest = [job_id for job_id, done in zip(job_ids, replayed, strict=True) if not done]
+        revived: list[NewJob] = []
+        for row in (await self.mysql.get_many(rest)).values() if rest else ():
+            # MySQL first, as for a new job: pending there before Redis can fire it.
+            if row.status == JobStatus.DEAD and await self.mysql.set_status(
+                row.job_id, JobStatus.PENDING, slot, from_statuses=(int(JobStatus.DEAD),),
+                note="replayed from MySQL (not in the dead-letter set)", reset_attempts=True,
+            ):
+                revived.append(NewJob.from_record(row))
+        if revived:
+            await self.scripts.add(slot, revived)
+        return sum(replayed) + len(revived)
 
     async def _purge(self, slot: int, job_ids: list[str]) -> int:
         return await self.scripts.dead_purge(slot, job_ids)

@@ -43,6 +43,9 @@ class CommitUnknown(RuntimeError):
 # PyMySQL's "Lost connection to MySQL server during query": the statement was sent, so
 # when it was the commit, nobody knows whether it took effect.
 _LOST_DURING_QUERY = 2013
+# A journalled "replayed" (status 0) applies to a dead row; retrying and dead apply
+# only to pending and retrying rows.
+_REPLAYABLE = int(JobStatus.DEAD)
 
 
 def ms_to_datetime(ms: int) -> dt.datetime:
@@ -412,16 +415,20 @@ class MySQLStore:
                 for attempt, ids in _ids_by_attempt(fired).items():
                     for start in range(0, len(ids), ROWS_PER_STATEMENT):
                         id_list = ",".join(map(quote, ids[start : start + ROWS_PER_STATEMENT]))
+                        # Dead too: a job the reaper buried whose publish was acked late.
                         await cur.execute(
                             f"UPDATE {table} SET status = 2, attempts = {int(attempt)}"
-                            f" WHERE job_id IN ({id_list}) AND status IN (0, 1)"
+                            f" WHERE job_id IN ({id_list}) AND status IN (0, 1, 4)"
                         )
+                # In journal order: a job's "dead" comes before its "replayed".
                 others = [o for o in items if o.status != JobStatus.FIRED]
                 if others:
                     await cur.executemany(
                         f"UPDATE {table} SET status = %s, attempts = %s, last_error = %s"
-                        f" WHERE job_id = %s AND status IN (0, 1)",
-                        [(int(o.status), o.attempt, o.note[:1000] or None, o.job_id)
+                        f" WHERE job_id = %s AND status IN (0, 1, %s)",
+                        [(int(o.status), o.attempt,
+                          None if o.status == JobStatus.PENDING else o.note[:1000] or None,
+                          o.job_id, _REPLAYABLE if o.status == JobStatus.PENDING else 1)
                          for o in others],
                     )
                 await self._history(

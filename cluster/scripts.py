@@ -323,12 +323,15 @@ class Scripts:
             return None
         return int(died), envelope
 
-    async def dead_replay(self, slot: int, job_ids: list[str]) -> int:
+    async def dead_replay(self, slot: int, job_ids: list[str]) -> list[bool]:
+        """Replay dead jobs of a slot; per job id, whether it was in the dead-letter set
+        (and is now due)."""
         k = self.keys.slot(slot)
-        return int(await self._call(
-            "dead_replay", [k.dead, k.delay, k.jobs, k.attempts, k.seq],
+        replies = await self._call(
+            "dead_replay", [k.dead, k.delay, k.jobs, k.attempts, k.seq, k.done],
             [self.keys.wake_channel, slot, *job_ids],
-        ))
+        )
+        return [int(reply) == 1 for reply in replies]
 
     async def dead_purge(self, slot: int, job_ids: list[str]) -> int:
         k = self.keys.slot(slot)

@@ -1,17 +1,21 @@
 -- dead_replay: give dead jobs a new full set of attempts, due now.
 -- KEYS[1] dead zset   KEYS[2] delay zset   KEYS[3] jobs hash   KEYS[4] attempts hash
--- KEYS[5] seq counter
--- ARGV[1] wake channel   ARGV[2] slot number   ARGV[3..] job ids
--- Returns the number replayed; ids not in the dead-letter set are skipped.
+-- KEYS[5] seq counter   KEYS[6] done list
+-- ARGV[1] wake channel   ARGV[2] slot number   ARGV[3..] job ids (at most a few hundred)
+-- Returns one status per job id: 1 replayed, 0 not in the dead-letter set (skipped).
+-- Each replay is journalled (status 0, "replayed") after the job's "dead" entry, so the
+-- recorder sets the MySQL row back to pending even if it had not yet recorded the death.
 --@include common
 
-local dead, delay, jobs, attempts, seq_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local dead, delay, jobs, attempts, seq_key, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
+  KEYS[5], KEYS[6]
 local now = now_ms()
 local old_head = head_score(delay)
-local count = 0
+local statuses = {}
 for i = 3, #ARGV do
   local id = ARGV[i]
   local v = redis.call('HGET', jobs, id)
+  local status = 0
   if v and redis.call('ZREM', dead, id) == 1 then
     local _, max_attempts, due, body_at = parse_envelope(v)
     local seq = seq_hex(reserve_seq(seq_key, 1))
@@ -19,8 +23,10 @@ for i = 3, #ARGV do
       string.sub(v, body_at))
     redis.call('HDEL', attempts, id)
     redis.call('ZADD', delay, now, seq .. id)
-    count = count + 1
+    journal(done, 0, 0, now, id, 'replayed from the dead letters')
+    status = 1
   end
+  statuses[#statuses + 1] = status
 end
-if count > 0 then wake_if_earlier(ARGV[1], ARGV[2], old_head, now) end
-return count
+wake_if_earlier(ARGV[1], ARGV[2], old_head, now)
+return statuses

@@ -69,14 +69,48 @@ async def test_replay_fires_dead_jobs_again(
     assert await client.replay_dead(ids[:2]) == 2
     assert await client.replay_dead(topic=topic) == 3
     assert await client.replay_dead() == 0  # nothing dead any more
+    # The deaths were not recorded in MySQL before the replay: the journal applies
+    # "dead" then "replayed", and the rows end up fired, not dead.
     node = Node(settings)
     await node.start()
     try:
         records = await collector.until(5, timeout_s=30)
+
+        async def all_fired() -> bool:
+            rows = await client.mysql.get_many(ids)
+            return {row.status for row in rows.values()} == {JobStatus.FIRED}
+
+        assert await wait_for(all_fired, timeout_s=30)
     finally:
         await node.stop()
     assert sorted(str(r["job_id"]) for r in records) == sorted(ids)
     assert {r["attempt"] for r in records} == {1}  # a fresh set of attempts
+    history = [row["status"] for row in await client.mysql.history(ids[0])]
+    assert history[-3:] == [JobStatus.DEAD, JobStatus.PENDING, JobStatus.FIRED]
+
+
+async def test_a_purged_job_named_by_id_is_replayed_from_mysql(
+    settings: Settings, client: DelayClient, scripts: Scripts, topic: str,
+    collector: Collector,
+) -> None:
+    [job_id] = await make_dead(client, scripts, topic, 1)
+    node = Node(settings)
+    await node.start()
+    try:
+        async def dead_recorded() -> bool:
+            row = await client.get(job_id)
+            return row is not None and row.status == JobStatus.DEAD
+
+        assert await wait_for(dead_recorded, timeout_s=30)
+        assert await client.purge_dead([job_id]) == 1
+        assert await client.dead_letters() == []
+        assert await client.replay_dead(topic=topic) == 0  # not listed any more ...
+        assert await client.replay_dead([job_id]) == 1  # ... but MySQL knows it
+        [record] = await collector.until(1, timeout_s=30)
+    finally:
+        await node.stop()
+    assert record["job_id"] == job_id
+    assert await client.replay_dead([job_id]) == 0  # not dead any more
 
 
 async def test_purge_forgets_dead_jobs_in_redis_only(

@@ -367,3 +367,61 @@ async def test_scripts_acting_as_owner_refuse_an_old_epoch(
     # The current epoch works.
     _, claimed = await scripts.claim(SLOT, 2, 10, 30_000)
     assert [c.job_id for c in claimed] == [b"b"]
+
+
+# ----- dead letters ----------------------------------------------------------------------
+
+
+async def bury(scripts: Scripts, job_id: str) -> None:
+    """Add a job with one attempt, claim it and fail it: it goes dead."""
+    await scripts.add(SLOT, [job(job_id, now_ms() - 5, max_attempts=1)])
+    await scripts.move(SLOT, 0, 100)
+    await scripts.claim(SLOT, 0, 10, 30_000)
+    buried = await scripts.nack(SLOT, 0, [job_id.encode()], "no", 1000, 60_000)
+    assert buried.dead == 1
+
+
+async def test_dead_replay_makes_dead_jobs_due_now_and_journals_it(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    s = k.slot(SLOT)
+    await bury(scripts, "a")
+    await scripts.add(SLOT, [job("b", now_ms() + HOUR_MS)])  # pending, not dead
+    before = now_ms()
+    assert await scripts.dead_replay(SLOT, ["a", "b", "nobody"]) == [True, False, False]
+    assert await redis.zcard(s.dead) == 0
+    assert not await redis.hexists(s.attempts, "a")  # a fresh set of attempts
+    delay = dict(await redis.zrange(s.delay, 0, -1, withscores=True))
+    [a_member] = [m for m in delay if m.endswith(b"a")]
+    assert before - 1000 <= delay[a_member] <= now_ms() + 1000
+    envelope = await redis.hget(s.jobs, "a")
+    assert envelope.startswith(a_member[:12] + b"|1|")  # its new seq, same max attempts
+    entries = await scripts.read_journal(SLOT, 10)
+    assert entries[-2].startswith(b"4|1|")  # died ...
+    assert entries[-1].startswith(b"0|0|") and b"replayed" in entries[-1]  # ... then replayed
+
+
+async def test_dead_purge_forgets_only_dead_jobs(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    s = k.slot(SLOT)
+    await bury(scripts, "a")
+    await scripts.add(SLOT, [job("b", now_ms() + HOUR_MS)])
+    assert await scripts.dead_purge(SLOT, ["a", "b", "nobody"]) == 1
+    assert await redis.zcard(s.dead) == 0
+    assert not await redis.hexists(s.jobs, "a")
+    assert await redis.hexists(s.jobs, "b")  # a pending job is not purged
+    assert await scripts.dead_purge(SLOT, ["a"]) == 0
+
+
+# ----- loading ---------------------------------------------------------------------------
+
+
+async def test_scripts_are_reloaded_after_redis_forgets_them(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    await scripts.add(SLOT, [job("a", now_ms() - 5)])
+    await redis.script_flush()  # as after a Redis restart
+    assert (await scripts.move_many([(SLOT, 0)], 10))[0].moved == 1  # type: ignore[union-attr]
+    await redis.script_flush()
+    assert await scripts.cancel(SLOT, "a", 60_000) == 1

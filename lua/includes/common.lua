@@ -8,7 +8,8 @@
 --
 -- Journal entry (the slot's done list, drained into MySQL by the recorder):
 --   "<status>|<attempt>|<ms>|<job id byte length>|<job id><note>"
--- status: 1 retrying, 2 fired, 4 dead. The length prefix keeps any job id safe.
+-- status: 0 replayed (pending again), 1 retrying, 2 fired, 4 dead. The length prefix
+-- keeps any job id safe.
 
 local function now_ms()
   local t = redis.call('TIME')

@@ -5,12 +5,13 @@
 -- ARGV[3..] groups of 4: job_id, due_ms, max_attempts, record json
 -- Returns {woke, status_1, ..., status_n}: woke is 1 when the slot's earliest due time
 -- moved earlier (the owner was woken by PUBLISH); status is 1 added, 0 already
--- scheduled (nothing changed), -1 refused because the job was cancelled or has just
--- fired (its MySQL status is not recorded yet).
+-- scheduled (nothing changed), -1 refused because the job was cancelled (its tombstone
+-- has not expired) or has just fired (its MySQL status is not recorded yet).
 --@include common
 
 local delay, jobs, seq_key, tomb, acked = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local n = (#ARGV - 2) / 4
+local now = now_ms()
 local old_head = head_score(delay)
 local first_seq = reserve_seq(seq_key, n)
 local result = {0}
@@ -18,7 +19,8 @@ local new_min = nil
 for i = 0, n - 1 do
   local id, due = ARGV[3 + i * 4], ARGV[4 + i * 4]
   local status = 0
-  if redis.call('ZSCORE', tomb, id) or redis.call('ZSCORE', acked, id) then
+  local tomb_expires = redis.call('ZSCORE', tomb, id)
+  if (tomb_expires and tonumber(tomb_expires) > now) or redis.call('ZSCORE', acked, id) then
     status = -1
   elseif redis.call('HEXISTS', jobs, id) == 0 then
     local seq = seq_hex(first_seq + i)

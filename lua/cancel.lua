@@ -6,8 +6,10 @@
 -- ARGV[1] job id   ARGV[2] tombstone lifetime ms
 -- Returns 1 removed; 0 not in Redis; -2 in flight (being published now: too late);
 -- -3 dead; -4 fired (its MySQL status may not be recorded yet). On 1 and 0 a tombstone
--- refuses any add of the job for the lifetime given: a schedule() whose Redis step is
--- still on its way, or the reconciler re-adding a row it read before the cancel.
+-- (scored with its expiry time) refuses any add of the job for the lifetime given: a
+-- schedule() whose Redis step is still on its way, or the reconciler re-adding a row it
+-- read before the cancel. Past that, a job MySQL still calls pending (the caller's
+-- cancel failed before MySQL recorded it) can be re-added and fire.
 --@include common
 
 local delay, inflight, dead, jobs, attempts, tomb, acked =
@@ -15,10 +17,11 @@ local delay, inflight, dead, jobs, attempts, tomb, acked =
 local id = ARGV[1]
 local now = now_ms()
 local v = redis.call('HGET', jobs, id)
-redis.call('ZREMRANGEBYSCORE', tomb, '-inf', now - tonumber(ARGV[2]))
+local expires = now + tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', tomb, '-inf', now)
 if not v then
   if redis.call('ZSCORE', acked, id) then return -4 end
-  redis.call('ZADD', tomb, now, id)
+  redis.call('ZADD', tomb, expires, id)
   return 0
 end
 if redis.call('ZSCORE', inflight, id) then return -2 end
@@ -27,5 +30,5 @@ local seq = parse_envelope(v)
 redis.call('ZREM', delay, seq .. id)
 redis.call('HDEL', jobs, id)
 redis.call('HDEL', attempts, id)
-redis.call('ZADD', tomb, now, id)
+redis.call('ZADD', tomb, expires, id)
 return 1

@@ -95,6 +95,17 @@ async def test_add_refuses_a_tombstoned_or_just_fired_job(
     assert await redis.zcard(k.slot(SLOT).delay) == 0
 
 
+async def test_an_expired_tombstone_no_longer_refuses(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    """A cancel whose MySQL step failed leaves the job pending in MySQL: once its
+    tombstone expires, the reconciler can add it again."""
+    assert await scripts.cancel(SLOT, "a", 1) == 0
+    await asyncio.sleep(0.01)
+    _, statuses = await scripts.add(SLOT, [job("a", now_ms())])
+    assert statuses == [1]
+
+
 async def test_add_in_chunks(scripts: Scripts, redis: RedisClient, k: KeySpace) -> None:
     due = now_ms() + HOUR_MS
     _, statuses = await scripts.add(SLOT, [job(f"j{i}", due + i) for i in range(1234)])

@@ -7,7 +7,13 @@ BIN := $(VENV)/bin
 
 install: $(VENV)/.installed
 
+# Debian's own python3 needs the python3-venv package for `-m venv`: installed here
+# when missing and running as root, else the command to run is printed.
 $(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq python3-venv; \
+	  else echo "python3 cannot make a virtualenv: run  sudo apt-get install python3-venv"; exit 1; fi; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'

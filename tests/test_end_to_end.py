@@ -49,8 +49,9 @@ async def test_past_due_time_fires_at_once(
 async def test_cancelled_job_never_fires(
     client: DelayClient, node: Node, topic: str, collector: Collector
 ) -> None:
-    keep = await client.schedule(topic, "keep", delay=1.0)
-    drop = await client.schedule(topic, "drop", delay=0.8)
+    # "drop" would fire before "keep": seconds of margin for the cancel to land.
+    drop = await client.schedule(topic, "drop", delay=2.0)
+    keep = await client.schedule(topic, "keep", delay=2.5)
     assert await client.cancel(drop) is True
     await collector.until(1, timeout_s=30)
     await collector.quiet_for(1.0)
@@ -62,9 +63,9 @@ async def test_reschedule_moves_the_fire_time(
     client: DelayClient, node: Node, topic: str, collector: Collector
 ) -> None:
     sooner = await client.schedule(topic, "sooner", delay=3600)
-    later = await client.schedule(topic, "later", delay=0.5)
-    assert await client.reschedule(sooner, delay=0.5) is True
+    later = await client.schedule(topic, "later", delay=2.0)  # would fire first if kept
     assert await client.reschedule(later, delay=3600) is True
+    assert await client.reschedule(sooner, delay=2.5) is True
     await collector.until(1, timeout_s=30)
     await collector.quiet_for(1.0)
     assert [r["job_id"] for r in collector.records] == [sooner]

@@ -61,6 +61,7 @@ class OutcomeUnknown(RuntimeError):
         super().__init__(message)
         self.job_ids = job_ids
 
+
 PENDING_STATUSES = (int(JobStatus.PENDING), int(JobStatus.FIRING))
 MAX_BATCH = 100_000
 DEAD_PAGE = 500

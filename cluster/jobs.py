@@ -132,6 +132,12 @@ def _finite_number(name: str, value: object) -> float:
     return number
 
 
+def _too_far(settings: Settings) -> InvalidJob:
+    return InvalidJob(
+        f"due time is more than max_delay_s={settings.max_delay_s:g} seconds ahead"
+    )
+
+
 def due_ms_of(
     delay: object, at: object, settings: Settings, now: int | None = None
 ) -> int:
@@ -139,15 +145,12 @@ def due_ms_of(
     if (delay is None) == (at is None):
         raise InvalidJob("give exactly one of delay= (seconds) or at= (time)")
     current = now_ms() if now is None else now
-    too_far = InvalidJob(
-        f"due time is more than max_delay_s={settings.max_delay_s:g} seconds ahead"
-    )
     if delay is not None:
         seconds = _finite_number("delay", delay)
         if seconds < 0:
             raise InvalidJob(f"delay must be >= 0 seconds, got {delay!r}")
         if seconds > settings.max_delay_s:
-            raise too_far  # before multiplying: a huge finite float would overflow
+            raise _too_far(settings)  # before multiplying: a huge float would overflow
         due = current + round(seconds * 1000)
     elif isinstance(at, dt.datetime):
         if at.tzinfo is None or at.utcoffset() is None:
@@ -158,10 +161,10 @@ def due_ms_of(
         if seconds < 0:
             raise InvalidJob(f"at must be epoch seconds >= 0, got {at!r}")
         if seconds > current / 1000 + settings.max_delay_s:
-            raise too_far
+            raise _too_far(settings)
         due = round(seconds * 1000)
     if due - current > settings.max_delay_s * 1000:
-        raise too_far
+        raise _too_far(settings)
     return max(due, 0)
 
 

@@ -43,9 +43,6 @@ class CommitUnknown(RuntimeError):
 # PyMySQL's "Lost connection to MySQL server during query": the statement was sent, so
 # when it was the commit, nobody knows whether it took effect.
 _LOST_DURING_QUERY = 2013
-# A journalled "replayed" (status 0) applies to a dead row; retrying and dead apply
-# only to pending and retrying rows.
-_REPLAYABLE = int(JobStatus.DEAD)
 
 
 def ms_to_datetime(ms: int) -> dt.datetime:
@@ -426,10 +423,7 @@ class MySQLStore:
                     await cur.executemany(
                         f"UPDATE {table} SET status = %s, attempts = %s, last_error = %s"
                         f" WHERE job_id = %s AND status IN (0, 1, %s)",
-                        [(int(o.status), o.attempt,
-                          None if o.status == JobStatus.PENDING else o.note[:1000] or None,
-                          o.job_id, _REPLAYABLE if o.status == JobStatus.PENDING else 1)
-                         for o in others],
+                        [_status_change(o) for o in others],
                     )
                 await self._history(
                     cur, quote, history,
@@ -465,6 +459,17 @@ class MySQLStore:
                 (job_id,),
             )
             return list(await cur.fetchall())
+
+
+def _status_change(outcome: Outcome) -> tuple[int, int, str | None, str, int]:
+    """Parameters of the UPDATE for a retrying, dead or replayed outcome: status,
+    attempts, last error, job id, and the third status the row may be in besides
+    pending (0) and retrying (1). A replay (status 0) applies to a dead row and clears
+    the last error; retrying and dead apply only to pending and retrying rows."""
+    if outcome.status == JobStatus.PENDING:
+        return (0, outcome.attempt, None, outcome.job_id, int(JobStatus.DEAD))
+    return (int(outcome.status), outcome.attempt, outcome.note[:1000] or None,
+            outcome.job_id, int(JobStatus.FIRING))
 
 
 def _quoter(conn: Any) -> Callable[[str | None], str]:

@@ -33,11 +33,13 @@ def _failed(exc: BaseException) -> asyncio.Future[object]:
     return future
 
 
-def _chain(source: asyncio.Future[object] | None, target: asyncio.Future[object]) -> None:
+def _sent(future: asyncio.Future[object] | None) -> asyncio.Future[object]:
+    """A record's future, or a failed one for a record that was never handed over."""
+    return future if future is not None else _failed(RuntimeError("not sent"))
+
+
+def _chain(source: asyncio.Future[object], target: asyncio.Future[object]) -> None:
     """Settle `target` like `source` once it is done."""
-    if source is None:
-        target.set_exception(RuntimeError("not sent"))
-        return
 
     def copy(done: asyncio.Future[object]) -> None:
         if target.done():
@@ -75,7 +77,7 @@ class Publisher:
                 await self._send_topic(topic, sorted(partitions), fires, indexes, futures)
             else:
                 self._send_when_known(topic, fires, indexes, futures)
-        return [f if f is not None else _failed(RuntimeError("not sent")) for f in futures]
+        return [_sent(future) for future in futures]
 
     async def _send_topic(
         self, topic: str, partitions: list[int], fires: Sequence[Fire], indexes: list[int],
@@ -116,7 +118,7 @@ class Publisher:
                     proxy.set_exception(exc)
                 return
             for index, proxy in zip(indexes, proxies, strict=True):
-                _chain(inner[index], proxy)
+                _chain(_sent(inner[index]), proxy)
 
         task = loop.create_task(send(), name=f"publish-to-new-topic-{topic}")
         self._lookups.add(task)

@@ -1,4 +1,14 @@
-"""reconciler: re-adds to Redis the pending jobs that Redis lost, from MySQL.
+"""reconciler: loads pending jobs from MySQL into Redis: those nearing their due time,
+and those Redis lost.
+
+Redis holds only the near future (tiering): a job due more than `redis_horizon_ms`
+ahead is written to MySQL alone (cluster/client.py), and the reconciler of the node
+owning its slot loads it when it comes within horizon/2. Per slot it remembers up to
+which due time everything was loaded ("loaded until"); every horizon/4 it reads the
+rows due between that point and now + horizon/2 and moves the point on. A producer
+writes to Redis any job due within the horizon of the moment its MySQL commit
+returned, so a row committed after a load pass read past it is in Redis already, as
+long as producer and node clocks agree within horizon/2.
 
 Redis can lose jobs (a restart without persistence, FLUSHALL, a failover that lost
 writes); MySQL cannot. For each slot it is asked about, the reconciler walks that
@@ -9,10 +19,10 @@ that outlive `marker_retention_ms`, and the reconciler never takes longer than h
 that between reading a page and adding it, so a row it read as pending just before it
 fired or was cancelled is not brought back.
 
-It runs for a slot whenever this node takes the slot (at start, after a hand-off, and
-after Redis lost the slot's keys: the lost owner key fences the node, which then takes
-the slot again), for every owned slot every reconcile_interval_ms, and on demand
-(`delayq recover`).
+The full pass (every row due before the slot's "loaded until") runs for a slot
+whenever this node takes the slot (at start, after a hand-off, and after Redis lost
+the slot's keys: the lost owner key fences the node, which then takes the slot again),
+for every owned slot every reconcile_interval_ms, and on demand (`delayq recover`).
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from dataclasses import dataclass
 from actors.base import SlotQueue, batch_or_stop
 from cluster.config import Settings
 from cluster.jobs import JobStatus
-from cluster.mysql_store import MySQLStore
+from cluster.mysql_store import MySQLStore, ms_to_datetime
 from cluster.ownership import Ownership
 from cluster.scripts import NewJob, Scripts
 
@@ -44,21 +54,30 @@ class ReconcileResult:
     refused: int = 0  # cancelled or fired meanwhile
 
 
+def load_bound_ms(settings: Settings) -> int:
+    """Jobs due before this (local clock, ms) belong in Redis now."""
+    return int(time.time() * 1000) + settings.redis_horizon_ms // 2
+
+
 async def reconcile(
-    settings: Settings, mysql: MySQLStore, scripts: Scripts, slots: Iterable[int]
+    settings: Settings, mysql: MySQLStore, scripts: Scripts, slots: Iterable[int],
+    *, since_ms: int | None = None, until_ms: int | None = None,
 ) -> ReconcileResult:
-    """Re-add every pending or retrying job of `slots` that Redis does not hold."""
+    """Add to Redis every pending or retrying job of `slots` due in [since_ms, until_ms)
+    (unbounded where None) that Redis does not hold."""
     wanted = sorted(set(slots))
     result = ReconcileResult()
     if not wanted:
         return result
     budget_s = settings.marker_retention_ms / 1000 / 2
+    start = dt.datetime(1970, 1, 1) if since_ms is None else ms_to_datetime(since_ms)
+    before = None if until_ms is None else ms_to_datetime(until_ms)
     for shard in mysql.all_shards():
         for status in (JobStatus.PENDING, JobStatus.FIRING):
-            cursor = (dt.datetime(1970, 1, 1), "")
+            cursor = (start, "")
             while True:
                 started = time.monotonic()
-                rows = await mysql.pending_page(shard, status, cursor, wanted, PAGE)
+                rows = await mysql.pending_page(shard, status, cursor, wanted, PAGE, before)
                 if not rows:
                     break
                 by_slot: dict[int, list[NewJob]] = defaultdict(list)
@@ -89,6 +108,9 @@ class Reconciler:
         self.ownership = ownership
         self.inbox = inbox
         self.readded_total = 0
+        self.loaded_total = 0
+        # Slot → every pending row due before this (ms) has been added to Redis.
+        self._loaded_until: dict[int, int] = {}
         self._stopping = asyncio.Event()
 
     def stop(self) -> None:
@@ -96,12 +118,14 @@ class Reconciler:
 
     async def run(self) -> None:
         self._stopping.clear()
-        sweeper = asyncio.create_task(self._sweep())
+        timers = [asyncio.create_task(self._sweep()), asyncio.create_task(self._load_ahead())]
         try:
             while (slots := await batch_or_stop(self.inbox, self._stopping)) is not None:
                 owned = [slot for slot in slots if self.ownership.owns(slot)]
+                until = load_bound_ms(self.settings)
                 try:
-                    result = await reconcile(self.settings, self.mysql, self.scripts, owned)
+                    result = await reconcile(self.settings, self.mysql, self.scripts, owned,
+                                             until_ms=until)
                 except Exception as exc:
                     log.warning("reconciling %d slot(s) failed, will retry: %s",
                                 len(owned), exc)
@@ -109,15 +133,50 @@ class Reconciler:
                     for slot in owned:
                         await self.inbox.put(slot)
                     continue
+                for slot in owned:
+                    self._loaded_until[slot] = max(self._loaded_until.get(slot, 0), until)
                 self.readded_total += result.readded
                 if result.readded:
-                    log.warning("re-added %d job(s) that Redis had lost, from MySQL "
-                                "(%d examined)", result.readded, result.examined)
+                    # Jobs that came within the horizon since the slot's last owner
+                    # loaded it, or that Redis lost.
+                    log.info("added %d job(s) from MySQL to %d slot(s) (%d examined)",
+                             result.readded, len(owned), result.examined)
         finally:
-            sweeper.cancel()
+            for timer in timers:
+                timer.cancel()
 
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(self.settings.reconcile_interval_ms / 1000)
             for slot in sorted(self.ownership.owned()):
                 await self.inbox.put(slot)
+
+    async def _load_ahead(self) -> None:
+        """Every horizon/4, load the jobs that came within horizon/2 of their due time."""
+        while True:
+            await asyncio.sleep(self.settings.redis_horizon_ms / 4000)
+            try:
+                await self.load_ahead()
+            except Exception as exc:  # MySQL or Redis down: the next tick tries again
+                log.warning("loading jobs nearing their due time failed: %s", exc)
+
+    async def load_ahead(self) -> int:
+        """One loading pass over the owned slots; returns how many jobs it added."""
+        owned = self.ownership.owned()
+        for slot in [slot for slot in self._loaded_until if slot not in owned]:
+            del self._loaded_until[slot]  # taking it again starts with a full pass
+        by_since: dict[int, list[int]] = defaultdict(list)
+        for slot, since in self._loaded_until.items():
+            by_since[since].append(slot)
+        until = load_bound_ms(self.settings)
+        added = 0
+        for since, slots in by_since.items():
+            if since >= until:
+                continue
+            result = await reconcile(self.settings, self.mysql, self.scripts, slots,
+                                     since_ms=since, until_ms=until)
+            for slot in slots:
+                self._loaded_until[slot] = until
+            added += result.readded
+        self.loaded_total += added
+        return added

@@ -182,7 +182,7 @@ async def _cluster_status(settings: Settings, as_json: bool) -> int:
 
 
 async def _recover(settings: Settings, slots: list[int] | None) -> int:
-    from actors.reconciler import reconcile
+    from actors.reconciler import load_bound_ms, reconcile
     from cluster.client import DelayClient
 
     wanted = slots if slots else list(range(settings.slots))
@@ -190,7 +190,9 @@ async def _recover(settings: Settings, slots: list[int] | None) -> int:
         print(f"delayq: slots are 0..{settings.slots - 1}", file=sys.stderr)
         return 2
     async with DelayClient(settings) as client:
-        result = await reconcile(settings, client.mysql, client.scripts, wanted)
+        # Beyond the bound, the owning nodes load jobs as their time nears.
+        result = await reconcile(settings, client.mysql, client.scripts, wanted,
+                                 until_ms=load_bound_ms(settings))
     print(f"examined {result.examined} pending job(s); re-added {result.readded}; "
           f"refused {result.refused} (cancelled or fired meanwhile)")
     return 0

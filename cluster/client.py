@@ -211,12 +211,18 @@ class DelayClient:
             # A caller's job_id may already exist: Redis must get the row MySQL kept,
             # and nothing if that job has fired, was cancelled or is dead.
             rows = await self.mysql.get_many(sorted(keyed)) if keyed else {}
+        # Jobs due beyond the horizon stay in MySQL alone; the owning node loads them.
+        # Judged after the commit, so a row a node's load pass could not see yet is
+        # always added here (actors/reconciler.py).
+        horizon_end = now_ms() + self.settings.redis_horizon_ms
         by_slot: dict[int, list[NewJob]] = defaultdict(list)
         for slot, job in zip(slots, jobs, strict=True):
             row = rows.get(job.job_id)
             if row is None:
-                by_slot[slot].append(NewJob(job.job_id, job.due_ms, job.max_attempts, job.tail))
-            elif row.status in PENDING_STATUSES:
+                if job.due_ms < horizon_end:
+                    by_slot[slot].append(
+                        NewJob(job.job_id, job.due_ms, job.max_attempts, job.tail))
+            elif row.status in PENDING_STATUSES and row.due_ms < horizon_end:
                 by_slot[slot].append(NewJob.from_record(row))
         if by_slot:
             await self.scripts.add_many(by_slot)
@@ -263,6 +269,8 @@ class DelayClient:
         row = await self.mysql.get(job_id)
         if row is None or row.status not in PENDING_STATUSES:
             return False
+        if due_ms >= now_ms() + self.settings.redis_horizon_ms:
+            return True  # beyond the horizon: the owning node loads it in time
         _, statuses = await self.scripts.add(slot, [NewJob.from_record(row)])
         if statuses[0] == 0:
             status, _ = await self.scripts.reschedule(slot, job_id, due_ms)

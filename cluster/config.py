@@ -48,6 +48,12 @@ class Settings:
     max_delay_s: float = 365 * 86400.0
     default_max_attempts: int = 16
 
+    # Tiering: a job due further ahead than this lives only in MySQL until the node that
+    # owns its slot loads it into Redis (from horizon/2 ahead, every horizon/4), so
+    # Redis holds the near future only. Producer and node clocks must agree within
+    # horizon/2.
+    redis_horizon_ms: int = 300000
+
     # Node: batching and pacing.
     move_batch: int = 1000
     claim_batch: int = 500
@@ -88,11 +94,14 @@ class Settings:
             "safety_wake_ms", "reap_interval_ms", "inflight_timeout_ms",
             "retry_backoff_ms", "retry_backoff_max_ms", "queue_size", "kafka_request_timeout_ms",
             "kafka_delivery_timeout_ms", "kafka_max_batch_bytes", "zk_session_timeout_ms",
+            "redis_horizon_ms",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.kafka_linger_ms < 0:
             raise ConfigError(f"kafka_linger_ms must be >= 0, got {self.kafka_linger_ms}")
+        if self.redis_horizon_ms < 1000:
+            raise ConfigError(f"redis_horizon_ms must be >= 1000, got {self.redis_horizon_ms}")
         if not self.max_delay_s > 0:
             raise ConfigError(f"max_delay_s must be > 0, got {self.max_delay_s}")
         if self.default_max_attempts > 1000:

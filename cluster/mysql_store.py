@@ -374,19 +374,24 @@ class MySQLStore:
 
     async def pending_page(
         self, shard: tuple[int, int], status: JobStatus, after: tuple[dt.datetime, str],
-        slots: Iterable[int], limit: int,
+        slots: Iterable[int], limit: int, before: dt.datetime | None = None,
     ) -> list[JobRecord]:
-        """Jobs of one shard in `status` and in `slots`, in (action_time, job_id) order
-        after the cursor `after`; walks the (status, action_time) index."""
+        """Jobs of one shard in `status` and in `slots`, due before `before` (if given),
+        in (action_time, job_id) order after the cursor `after`; walks the
+        (status, action_time) index."""
         table, _ = self._shard_tables(shard)
         slot_list = ",".join(str(int(slot)) for slot in slots) or "NULL"
+        bound = "" if before is None else " AND action_time < %s"
+        params: tuple[Any, ...] = (int(status), after[0], after[0], after[1])
+        if before is not None:
+            params += (before,)
         async with self.pool.acquire() as conn, conn.cursor() as cur:
             await cur.execute(
                 f"SELECT {_JOB_COLUMNS} FROM {table}"
                 f" WHERE status = %s AND slot IN ({slot_list})"
-                f" AND (action_time > %s OR (action_time = %s AND job_id > %s))"
+                f" AND (action_time > %s OR (action_time = %s AND job_id > %s)){bound}"
                 f" ORDER BY action_time, job_id LIMIT %s",
-                (int(status), after[0], after[0], after[1], limit),
+                (*params, limit),
             )
             return [_record(row) for row in await cur.fetchall()]
 

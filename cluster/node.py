@@ -161,6 +161,7 @@ class Node:
             "recorded": p.recorder.recorded_total,
             "slots_owned": len(p.membership.owned()),
             "readded": p.reconciler.readded_total,
+            "loaded": p.reconciler.loaded_total,
         }
 
 

@@ -21,16 +21,19 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_ERROR_S = 1.0
 
 
+_STATUS_OF = {str(int(status)).encode(): status for status in JobStatus}
+
+
 def parse_entry(entry: bytes, slot: int) -> Outcome:
     """b"<status>|<attempt>|<ms>|<id length>|<id><note>" → Outcome."""
     status, attempt, at_ms, id_len, rest = entry.split(b"|", 4)
     n = int(id_len)
     return Outcome(
         job_id=rest[:n].decode(),
-        status=JobStatus(int(status)),
+        status=_STATUS_OF[status],  # a dict, not JobStatus(int(...)): this runs per job
         attempt=int(attempt),
         at_ms=int(at_ms),
-        note=rest[n:].decode(errors="replace"),
+        note=rest[n:].decode(errors="replace") if len(rest) > n else "",
         slot=slot,
     )
 

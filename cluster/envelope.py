@@ -1,16 +1,51 @@
 """The bytes a job carries through Redis, and the fired record built from them.
 
 Stored envelope: b"<seq>|<max_attempts>|<due_ms>|<tail>" (the Lua scripts read the
-header); tail: b"<topic>|<key length>|<key><record json>". The record json is the
-fired record without due_ms, fired_ms and attempt; the dispatcher appends those by
-splicing bytes, so firing a job never parses or re-serialises its payload.
+header); tail: b"<topic>|<key hash>|<key length>|<key><record json>". The record json
+is the fired record without due_ms, fired_ms and attempt; the dispatcher appends those
+by splicing bytes, so firing a job never parses or re-serialises its payload. The key
+hash is Kafka's murmur2 of the key, computed once when the job is scheduled rather than
+by the node at every fire: the node picks the partition from it the way Kafka's default
+partitioner does, so a key lands where any Kafka producer would put it.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import orjson
+
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+_WORDS = [struct.Struct(f"<{n}I") for n in range(64)]
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2), unsigned."""
+    length = len(data)
+    h = 0x9747B28C ^ length
+    n = length >> 2
+    words = _WORDS[n].unpack_from(data) if n < 64 else struct.unpack_from(f"<{n}I", data)
+    for k in words:
+        k = (k * _M) & _MASK
+        k = ((k ^ (k >> 24)) * _M) & _MASK
+        h = ((h * _M) & _MASK) ^ k
+    rest = length & 3
+    if rest:
+        i = n << 2
+        if rest == 3:
+            h ^= data[i + 2] << 16
+        if rest >= 2:
+            h ^= data[i + 1] << 8
+        h = ((h ^ data[i]) * _M) & _MASK
+    h = ((h ^ (h >> 13)) * _M) & _MASK
+    return h ^ (h >> 15)
+
+
+def partition_of(key_hash: int, partitions: list[int]) -> int:
+    """Kafka's default partitioner for a key with this murmur2 hash."""
+    return partitions[(key_hash & 0x7FFFFFFF) % len(partitions)]
 
 
 def make_tail(
@@ -26,7 +61,7 @@ def make_tail(
             "payload": orjson.Fragment(payload_json),
         }
     )
-    return b"%s|%d|%s%s" % (topic.encode(), len(key), key, record)
+    return b"%s|%d|%d|%s%s" % (topic.encode(), murmur2(key), len(key), key, record)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,22 +70,23 @@ class Fire:
 
     topic: str
     key: bytes
+    key_hash: int
     value: bytes
     due_ms: int
 
 
 def fire_of(envelope: bytes, attempt: int, fired_ms: int) -> Fire:
-    _seq, _max_attempts, due, topic, key_len, rest = envelope.split(b"|", 5)
+    _seq, _max_attempts, due, topic, key_hash, key_len, rest = envelope.split(b"|", 6)
     n = int(key_len)
     value = b'%s,"due_ms":%s,"fired_ms":%d,"attempt":%d}' % (
         rest[n:-1], due, fired_ms, attempt
     )
-    return Fire(topic.decode(), rest[:n], value, int(due))
+    return Fire(topic.decode(), rest[:n], int(key_hash), value, int(due))
 
 
 def record_of(envelope: bytes) -> dict[str, object]:
     """The record json of an envelope, decoded (for inspection, not the hot path)."""
-    _seq, _max_attempts, due, _topic, key_len, rest = envelope.split(b"|", 5)
+    _seq, _max_attempts, due, _topic, _hash, key_len, rest = envelope.split(b"|", 6)
     record: dict[str, object] = orjson.loads(rest[int(key_len):])
     record["due_ms"] = int(due)
     return record

@@ -22,9 +22,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
-from aiokafka.partitioner import DefaultPartitioner
 
-from cluster.envelope import Fire
+from cluster.envelope import Fire, partition_of
 
 
 def _failed(exc: BaseException) -> asyncio.Future[object]:
@@ -60,7 +59,6 @@ class Publisher:
         # Kafka producers refuse a record over max.request.size; the per-record send()
         # checks it, the batch path does not, so it is checked here.
         self.max_record_bytes = max_record_bytes
-        self.partitioner = DefaultPartitioner()
         self.headers = [("delayq-node", node_id.encode())]
         self._lookups: set[asyncio.Task[None]] = set()  # sends waiting for metadata
 
@@ -93,7 +91,7 @@ class Publisher:
                     f"record of {size} bytes is over the {self.max_record_bytes}-byte limit "
                     "(kafka_max_batch_bytes)"))
                 continue
-            targets[self.partitioner(fire.key, partitions, partitions)].append(index)
+            targets[partition_of(fire.key_hash, partitions)].append(index)
         for partition, members in targets.items():
             await self._send_batches(topic, partition, fires, members, futures)
 

@@ -73,7 +73,7 @@ class NewJob:
         return cls(record.job_id, record.due_ms, record.max_attempts, tail)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: built per job, and frozen init is slower
 class Claimed:
     job_id: bytes
     envelope: bytes

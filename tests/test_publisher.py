@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiokafka.errors import UnknownTopicOrPartitionError
 
-from cluster.envelope import Fire
+from cluster.envelope import Fire, murmur2
 from cluster.publisher import Publisher
 
 
@@ -62,7 +62,8 @@ class StandInProducer:
 
 
 def fire(topic: str, n: int) -> Fire:
-    return Fire(topic, b"k%d" % n, b'{"n":%d}' % n, 0)
+    key = b"k%d" % n
+    return Fire(topic, key, murmur2(key), b'{"n":%d}' % n, 0)
 
 
 async def test_records_of_a_topic_without_metadata_do_not_hold_up_the_others() -> None:
@@ -90,7 +91,7 @@ async def test_a_topic_whose_metadata_fails_fails_only_its_records() -> None:
 async def test_a_record_over_the_size_limit_fails_alone() -> None:
     producer = StandInProducer({"t": {0}})
     publisher = Publisher(producer, "node", 20)  # type: ignore[arg-type]
-    big = Fire("t", b"k", b"x" * 50, 0)
+    big = Fire("t", b"k", murmur2(b"k"), b"x" * 50, 0)
     futures = await publisher.publish([big, fire("t", 1)])
     with pytest.raises(Exception, match="over the 20-byte limit"):
         await futures[0]

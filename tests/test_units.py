@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
 import orjson
 import pytest
+from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.partitioner import murmur2 as kafka_murmur2
 
 from actors.base import SlotQueue
 from actors.recorder import parse_entry
 from actors.scanner import SlotScanner
 from cluster.config import ConfigError, Settings
-from cluster.envelope import fire_of, make_tail, record_of
+from cluster.envelope import fire_of, make_tail, murmur2, partition_of, record_of
 from cluster.jobs import JobStatus
 from cluster.keys import KeySpace, shard_of, slot_of
 from cluster.ownership import StaticOwnership
@@ -91,6 +94,22 @@ def test_fire_splices_record_without_parsing_payload() -> None:
         "attempt": 3,
     }
     assert record_of(envelope)["due_ms"] == 1700000000123
+
+
+def test_murmur2_and_partition_match_kafkas_default_partitioner() -> None:
+    rng = random.Random(7)
+    keys = [rng.randbytes(rng.randint(0, 300)) for _ in range(3000)]
+    keys += [b"", b"a", b"ab", b"abc", b"order-42", "日本".encode()]
+    partitions = list(range(12))
+    for key in keys:
+        assert murmur2(key) == kafka_murmur2(key)
+        expected = DefaultPartitioner()(key, partitions, partitions)
+        assert partition_of(murmur2(key), partitions) == expected
+
+
+def test_envelope_carries_the_key_hash() -> None:
+    envelope = b"000000000001|16|5|" + make_tail("job-7", "t", "biz-1", None, b"null")
+    assert fire_of(envelope, 1, 6).key_hash == murmur2(b"biz-1")
 
 
 def test_key_defaults_to_job_id() -> None:

@@ -4,7 +4,7 @@
 --   "<seq>|<max_attempts>|<due_ms>|<tail>"
 -- seq is 12 hex digits and also prefixes the job's member in the delay zset, so the
 -- member can be rebuilt from the envelope. The tail is opaque to the scripts; it is
--- "<topic>|<kafka key byte length>|<kafka key><record json>" (cluster/envelope.py).
+-- "<topic>|<key murmur2>|<kafka key byte length>|<kafka key><record json>" (cluster/envelope.py).
 --
 -- Journal entry (the slot's done list, drained into MySQL by the recorder):
 --   "<status>|<attempt>|<ms>|<job id byte length>|<job id><note>"

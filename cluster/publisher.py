@@ -149,9 +149,12 @@ class Publisher:
         return added is not None
 
     async def _submit(
-        self, batch: object, topic: str, partition: int, members: list[int],
+        self, batch: Any, topic: str, partition: int, members: list[int],
         futures: list[asyncio.Future[object] | None],
     ) -> None:
+        # A closed batch is sent at once; an open one would wait out linger_ms first,
+        # for records that only producer.send() could add.
+        batch.close()
         try:
             future: asyncio.Future[object] = await self.producer.send_batch(
                 batch, topic, partition=partition

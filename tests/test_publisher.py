@@ -19,10 +19,15 @@ from cluster.publisher import Publisher
 class Batch:
     def __init__(self) -> None:
         self.values: list[bytes] = []
+        self.closed = False
 
     def append(self, *, key: bytes, value: bytes, timestamp: None, headers: Any) -> object:
+        assert not self.closed, "appended to a batch already handed to the producer"
         self.values.append(value)
         return object()
+
+    def close(self) -> None:
+        self.closed = True
 
 
 class Cluster:
@@ -55,6 +60,7 @@ class StandInProducer:
         return partitions
 
     async def send_batch(self, batch: Batch, topic: str, *, partition: int) -> Any:
+        assert batch.closed, "an open batch would wait out linger_ms before it is sent"
         self.sent.append((topic, partition, batch.values))
         done = asyncio.get_running_loop().create_future()
         done.set_result((topic, partition))

@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install services migrate lint test test-fast faults demo bench compare clean
+.PHONY: install services migrate lint test test-fast faults demo bench benchmarks compare clean
 
 install: $(VENV)/.installed
 
@@ -51,9 +51,21 @@ demo: migrate
 bench: migrate
 	eval "$$($(BIN)/delayq services env)" && $(BIN)/python benchmarks/fire_bench.py --jobs 100000 --window 10
 
-# delayq side by side with BullMQ and arq on the same Redis (installs the peers).
-compare: migrate
-	eval "$$($(BIN)/delayq services env)" && $(BIN)/python benchmarks/compare.py --rate 5000 --seconds 10
+# matplotlib, for the harness's plots.
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[bench]'
+	touch $@
+
+# delayq side by side with BullMQ and arq on the same Redis, every scenario (steady,
+# burst, backlog, scale; about half an hour): results in benchmarks/results/, plots in
+# docs/img/, tables in docs/benchmarks.md. Installs the peers on first use.
+# `make benchmarks ARGS=--quick` is a smoke run of a few minutes.
+benchmarks: migrate $(VENV)/.bench-installed
+	eval "$$($(BIN)/delayq services env)" && $(BIN)/python benchmarks/harness.py $(ARGS)
+
+# The steady scenario alone (5,000 jobs/s for 10 s).
+compare: migrate $(VENV)/.bench-installed
+	eval "$$($(BIN)/delayq services env)" && $(BIN)/python benchmarks/harness.py --scenarios steady $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,18 +1,41 @@
 """N jobs due over a window: schedule rate, fire rate, lateness at a Kafka consumer.
 
     python benchmarks/fire_bench.py --jobs 100000 --window 10 [--nodes 1]
+    python benchmarks/fire_bench.py --jobs 1000000 --pattern burst --nodes 2
+    python benchmarks/fire_bench.py --jobs 1000000 --backlog [--nodes 0]
 
-Starts its own `delayq node` process(es) on a fresh key prefix, schedules the jobs with
-schedule_many (MySQL + Redis), and reads every fired record from Kafka in this
-process. Lateness is receive time − due time, measured at the consumer; "node
-lateness" is fired_ms (Redis clock at claim) − due_ms. Prints a summary and writes a
-JSON result to benchmarks/results/. Needs the local stack and a migrated database.
+Starts its own `delayq node` process(es) on a fresh key prefix and a MySQL database of
+its own, schedules the jobs with schedule_many (MySQL + Redis), and reads every fired
+record from Kafka in this process; at the end the topic, the database and the keys
+are deleted. Due-time patterns: uniform (random over the window),
+steady (evenly spaced over the window), burst (evenly spaced within one second).
+
+Lateness is receive time − due time, measured at the consumer; "node lateness" is
+fired_ms (Redis clock at claim) − due_ms. The run waits until every job is received or
+--give-up seconds after the last due time, and then reports the missing count. Jobs
+the live consumer missed (the local broker can make a record visible out of order) are
+looked for by re-reading the topic: they count as received (reread_found), but having
+no live receive time they stay out of the lateness, series, peak and drain numbers,
+which are those of benchmarks/summary.py; node lateness covers them.
+
+--backlog schedules the jobs an hour ahead (spread over an hour), fires nothing, and
+reports the Redis bytes per pending job: (INFO used_memory after − before) / N, with
+--nodes node processes holding the slots (0: the client alone), and beside it the
+MEMORY USAGE of the cluster's own keys / N, which other clients of the Redis cannot
+disturb. MySQL is not counted in either (its approximate table size is reported).
+used_memory is read again once the keys are deleted.
+
+Prints a summary and writes a JSON result to benchmarks/results/ (or --out). Needs the
+local stack and a migrated database.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
+import functools
 import os
 import platform
 import random
@@ -21,25 +44,66 @@ import subprocess
 import sys
 import time
 import uuid
+from array import array
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import aiomysql
 import orjson
+import redis.asyncio as aioredis
 import uvloop
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from summary import percentile, summarize
 
 from cluster.client import DelayClient, Job
 from cluster.config import Settings
-from cluster.mysql_store import create_cluster_database, drop_cluster_database
+from cluster.mysql_store import (
+    create_cluster_database,
+    drop_cluster_database,
+    parse_mysql_url,
+)
 
 PARTITIONS = 6
 RESULTS = Path(__file__).parent / "results"
+DUE_FIELD = b'"due_ms":'
+FIRED_FIELD = b'"fired_ms":'
+# Starts a consumer of every partition of the benchmark's topic, from the beginning.
+Reopen = Callable[[], Awaitable[AIOKafkaConsumer]]
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+@dataclass
+class Received:
+    """What the consumer saw: one entry per record, plus the distinct job ids. Records
+    only a re-read found have no live receive time and are kept apart."""
+
+    receive_ms: array[float] = field(default_factory=lambda: array("d"))
+    due_ms: array[float] = field(default_factory=lambda: array("d"))
+    fired_ms: array[float] = field(default_factory=lambda: array("d"))
+    reread_due_ms: array[float] = field(default_factory=lambda: array("d"))
+    reread_fired_ms: array[float] = field(default_factory=lambda: array("d"))
+    ids: set[bytes] = field(default_factory=set)
+
+    def add(self, messages: Iterable[ConsumerRecord[bytes, bytes]], now_ms: float) -> None:
+        for message in messages:
+            due, fired = due_and_fired(message.value)
+            self.receive_ms.append(now_ms)
+            self.due_ms.append(due)
+            self.fired_ms.append(fired)
+            self.ids.add(message.key)
+
+    def add_missed(self, messages: Iterable[ConsumerRecord[bytes, bytes]]) -> None:
+        for message in messages:
+            if message.key not in self.ids:
+                due, fired = due_and_fired(message.value)
+                self.reread_due_ms.append(due)
+                self.reread_fired_ms.append(fired)
+                self.ids.add(message.key)
+
+
+# ----- the cluster under test ----------------------------------------------------------
 
 
 def start_nodes(
@@ -67,114 +131,363 @@ async def wait_started(log_dir: Path, count: int) -> None:
     sys.exit(f"nodes did not start; see {log_dir}/bench-node-*.log")
 
 
-async def run(args: argparse.Namespace) -> dict[str, object]:
+def stop_nodes(nodes: list[subprocess.Popen[bytes]]) -> None:
+    for node in nodes:
+        node.send_signal(signal.SIGTERM)
+    for node in nodes:
+        node.wait(timeout=60)
+
+
+@contextlib.asynccontextmanager
+async def bench_cluster(nodes: int) -> AsyncIterator[Settings]:
+    """A cluster of its own (key prefix, MySQL database) with `nodes` node processes;
+    on the way out the nodes are stopped, the database dropped, the keys deleted."""
     prefix = f"bench{uuid.uuid4().hex[:6]}"
-    # A cluster of its own: its key prefix and a MySQL database of its own.
     settings = await create_cluster_database(
         Settings.from_env().replace(key_prefix=prefix), f"delayq_{prefix}"
     )
-    topic = f"bench.{prefix}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
-    await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
-    await admin.close()
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap,
-                                fetch_max_wait_ms=5, max_partition_fetch_bytes=4 << 20)
-    await consumer.start()
-    consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
-
     log_dir = Path(os.environ.get("DELAYQ_STATE_DIR", ".delayq"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    nodes = start_nodes(args.nodes, settings, log_dir)
+    procs = start_nodes(nodes, settings, log_dir)
     try:
-        await wait_started(log_dir, args.nodes)
-        lead_s = args.lead if args.lead is not None else 3 + args.jobs / 15000
-        rng = random.Random(1)
-        first_due = time.time() + lead_s
-        if args.pattern == "steady":  # one every window/jobs seconds, as the peers do
-            dues = [first_due + i * args.window / args.jobs for i in range(args.jobs)]
-        else:
-            dues = sorted(first_due + rng.uniform(0, args.window) for _ in range(args.jobs))
-        payload = {"data": "x" * args.payload_bytes}
-        received: list[tuple[float, dict[str, object]]] = []
-        consuming = asyncio.create_task(consume(consumer, received, args.jobs,
-                                                first_due + args.window + 120))
-        async with DelayClient(settings) as client:
-            t0 = time.perf_counter()
-            for start in range(0, args.jobs, args.batch):
-                await client.schedule_many([
-                    Job(topic, payload, at=due) for due in dues[start : start + args.batch]
-                ])
-            schedule_s = time.perf_counter() - t0
-        scheduled_done = time.time()
-        await consuming
+        await wait_started(log_dir, nodes)
+        yield settings
     finally:
-        for node in nodes:
-            node.send_signal(signal.SIGTERM)
-        for node in nodes:
-            node.wait(timeout=60)
-        await consumer.stop()
+        stop_nodes(procs)
         await drop_cluster_database(settings)
+        redis = aioredis.from_url(settings.redis_url)
+        try:
+            await delete_keys(redis, key_pattern(settings))
+        finally:
+            await redis.aclose()
 
-    late = sorted(r_ms - float(rec["due_ms"]) for r_ms, rec in received)  # type: ignore
-    node_late = sorted(float(rec["fired_ms"]) - float(rec["due_ms"])  # type: ignore
-                       for _, rec in received)
-    ids = [rec["job_id"] for _, rec in received]
-    fired_ms = sorted(float(rec["fired_ms"]) for _, rec in received)  # type: ignore
-    span_s = (fired_ms[-1] - fired_ms[0]) / 1000 if len(fired_ms) > 1 else float("nan")
+
+@contextlib.asynccontextmanager
+async def kafka_topic(bootstrap: str, topic: str) -> AsyncIterator[None]:
+    """A fresh topic, deleted afterwards (the local broker keeps records in memory)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.delete_topics([topic])
+        await admin.close()
+
+
+# ----- scheduling ----------------------------------------------------------------------
+
+
+def due_times(pattern: str, jobs: int, first_due_ms: int, window_s: float) -> list[int]:
+    """Due times in epoch ms, ascending."""
+    if pattern == "uniform":
+        rng = random.Random(1)
+        return sorted(first_due_ms + round(rng.uniform(0, window_s * 1000))
+                      for _ in range(jobs))
+    window_ms = 1000 if pattern == "burst" else round(window_s * 1000)
+    return [first_due_ms + i * window_ms // jobs for i in range(jobs)]
+
+
+async def schedule_all(settings: Settings, topic: str, dues: list[int], batch: int,
+                       payload_bytes: int) -> float:
+    """Schedule one job per due time with schedule_many; returns the jobs per second."""
+    payload = {"data": "x" * payload_bytes}
+    async with DelayClient(settings) as client:
+        t0 = time.perf_counter()
+        for start in range(0, len(dues), batch):
+            await client.schedule_many([
+                Job(topic, payload, at=due / 1000) for due in dues[start : start + batch]
+            ])
+        return len(dues) / (time.perf_counter() - t0)
+
+
+# ----- consuming -----------------------------------------------------------------------
+
+
+def due_and_fired(value: bytes) -> tuple[int, int]:
+    """due_ms and fired_ms of a fired record: the dispatcher ends every record with
+    `,"due_ms":D,"fired_ms":F,"attempt":A}`; anything else is parsed in full."""
+    _, due, fired, _ = value.rsplit(b",", 3)
+    if due.startswith(DUE_FIELD) and fired.startswith(FIRED_FIELD):
+        return int(due[len(DUE_FIELD):]), int(fired[len(FIRED_FIELD):])
+    record = orjson.loads(value)
+    return int(record["due_ms"]), int(record["fired_ms"])
+
+
+async def consume(consumer: AIOKafkaConsumer, reopen: Reopen, out: Received, expected: int,
+                  last_due_s: float, give_up_at: float) -> None:
+    """Read records until `expected` distinct jobs arrived or the give-up time passed.
+    The receive time is when getmany handed over the batch.
+
+    A live consumer can miss a record the local broker made visible out of order (as
+    tests/conftest.py's collector notes), so once every job is due and a poll comes
+    back empty while jobs are missing, the topic is re-read from the beginning, at
+    growing intervals. What that finds counts as received (reread_found) but has no
+    live receive time, so it stays out of the lateness and fire-rate numbers."""
+    reread_every_s, last_reread = 2.0, time.monotonic()
+    while len(out.ids) < expected and time.time() < give_up_at:
+        batch = await consumer.getmany(timeout_ms=100, max_records=100_000)
+        for messages in batch.values():
+            out.add(messages, time.time() * 1000)
+        if not batch and time.time() > last_due_s + 1 \
+                and time.monotonic() - last_reread > reread_every_s:
+            await reread(reopen, out)
+            reread_every_s, last_reread = reread_every_s * 2, time.monotonic()
+
+
+async def reread(reopen: Reopen, out: Received) -> None:
+    """Read the topic from the beginning with a fresh consumer; add the jobs not seen yet."""
+    consumer = await reopen()
+    try:
+        while batch := await consumer.getmany(timeout_ms=500, max_records=100_000):
+            for messages in batch.values():
+                out.add_missed(messages)
+    finally:
+        await consumer.stop()
+
+
+async def start_consumer(bootstrap: str, topic: str) -> AIOKafkaConsumer:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=5,
+                                max_partition_fetch_bytes=4 << 20)
+    await consumer.start()
+    consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    await consumer.seek_to_beginning()
+    return consumer
+
+
+# ----- the two modes -------------------------------------------------------------------
+
+
+async def run_fire(args: argparse.Namespace) -> dict[str, Any]:
+    window_s = 1.0 if args.pattern == "burst" else args.window
+    lead_s = args.lead if args.lead is not None else 3 + args.jobs / 15000
+    give_up_s = args.give_up if args.give_up is not None else 120 + args.jobs / 1000
+    received = Received()
+    async with bench_cluster(args.nodes) as settings:
+        topic = f"bench.{settings.key_prefix}"
+        async with kafka_topic(settings.kafka_bootstrap, topic):
+            reopen = functools.partial(start_consumer, settings.kafka_bootstrap, topic)
+            consumer = await reopen()
+            try:
+                first_due_ms = round((time.time() + lead_s) * 1000)
+                dues = due_times(args.pattern, args.jobs, first_due_ms, window_s)
+                consuming = asyncio.create_task(consume(
+                    consumer, reopen, received, args.jobs, dues[-1] / 1000,
+                    dues[-1] / 1000 + give_up_s))
+                rate = await schedule_all(settings, topic, dues, args.batch,
+                                          args.payload_bytes)
+                added_in_time = time.time() * 1000 < first_due_ms
+                await consuming
+            finally:
+                await consumer.stop()
+    if args.raw:
+        write_pairs(args.raw, received)
+    return fire_result(args, settings, received, first_due_ms, window_s, lead_s, rate,
+                       added_in_time)
+
+
+def fire_result(args: argparse.Namespace, settings: Settings, got: Received,
+                first_due_ms: int, window_s: float, lead_s: float, rate: float,
+                added_in_time: bool) -> dict[str, Any]:
+    summary = summarize(got.receive_ms, got.due_ms, first_due_ms, args.jobs)
+    all_fired, all_due = got.fired_ms + got.reread_fired_ms, got.due_ms + got.reread_due_ms
+    node_late = sorted(f - d for f, d in zip(all_fired, all_due, strict=True))
+    fired = sorted(all_fired)
+    span_s = (fired[-1] - fired[0]) / 1000 if len(fired) > 1 else 0.0
     return {
         "benchmark": "fire_bench",
+        "pattern": args.pattern,
         "jobs": args.jobs,
-        "window_s": args.window,
+        "window_s": window_s,
         "nodes": args.nodes,
-        "received": len(received),
-        "unique": len(set(ids)),
-        "early": sum(1 for v in node_late if v < 0),
-        "schedule_rate_per_s": round(args.jobs / schedule_s),
-        "scheduling_finished_before_first_due": scheduled_done < first_due,
-        "fire_rate_per_s": round(len(received) / span_s) if span_s == span_s else None,
-        "lateness_ms": {q: round(percentile(late, p), 1)
-                        for q, p in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999))}
-        | {"max": round(late[-1], 1) if late else None},
+        "payload_bytes": args.payload_bytes,
+        "lead_s": round(lead_s, 1),
+        "first_due_ms": first_due_ms,
+        **summary,
+        "received": len(got.receive_ms) + len(got.reread_due_ms),
+        "unique": len(got.ids),
+        "reread_found": len(got.reread_due_ms),
+        "missing": max(0, args.jobs - len(got.ids)),
+        # Fired (Redis clock) or received before the due time, whichever counts more.
+        "early": max(sum(1 for v in node_late if v < 0), summary["early"]),
+        "schedule_rate_per_s": round(rate),
+        "scheduling_finished_before_first_due": added_in_time,
+        "fire_rate_per_s": round(len(fired) / span_s) if span_s > 0 else None,
         "node_lateness_ms": {q: round(percentile(node_late, p), 1)
                              for q, p in (("p50", 0.5), ("p99", 0.99))}
         | {"max": round(node_late[-1], 1) if node_late else None},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform()},
-        "command": " ".join(["python", "benchmarks/fire_bench.py", *sys.argv[1:]]),
+        "settings": delayq_settings(settings),
+        "machine": machine(),
+        "command": command(),
     }
 
 
-async def consume(consumer: AIOKafkaConsumer, out: list[tuple[float, dict[str, object]]],
-                  expected: int, give_up_at: float) -> None:
-    while len(out) < expected and time.time() < give_up_at:
-        batch = await consumer.getmany(timeout_ms=100, max_records=10000)
-        now_ms = time.time() * 1000
-        for messages in batch.values():
-            for message in messages:
-                out.append((now_ms, orjson.loads(message.value)))
+async def run_backlog(args: argparse.Namespace) -> dict[str, Any]:
+    window_s = args.window if args.window is not None else 3600.0
+    lead_s = args.lead if args.lead is not None else 3600.0
+    redis = aioredis.from_url(Settings.from_env().redis_url)
+    try:
+        async with bench_cluster(args.nodes) as settings:
+            before = await redis_facts(redis)
+            first_due_ms = round((time.time() + lead_s) * 1000)
+            dues = due_times("steady", args.jobs, first_due_ms, window_s)
+            rate = await schedule_all(settings, f"bench.{settings.key_prefix}", dues,
+                                      args.batch, args.payload_bytes)
+            if args.nodes:
+                await asyncio.sleep(args.settle)  # whatever the nodes do with far jobs
+            after = await redis_facts(redis)
+            own_bytes, own_keys = await key_usage(redis, key_pattern(settings))
+            mysql_bytes = await mysql_size(settings)
+        cleaned = await redis_facts(redis)
+    finally:
+        await redis.aclose()
+    return {
+        "benchmark": "fire_bench",
+        "mode": "backlog",
+        "jobs": args.jobs,
+        "nodes": args.nodes,
+        "payload_bytes": args.payload_bytes,
+        "due": f"from {lead_s:g} s ahead, spread over {window_s:g} s",
+        "schedule_rate_per_s": round(rate),
+        "redis": {"used_memory_before": before[0], "used_memory_after": after[0],
+                  "used_memory_after_cleanup": cleaned[0],
+                  "keys_added": after[1] - before[1], "own_keys": own_keys,
+                  "own_keys_memory_usage": own_bytes},
+        "redis_bytes_per_job": round((after[0] - before[0]) / args.jobs, 1),
+        "own_keys_bytes_per_job": round(own_bytes / args.jobs, 1),
+        "mysql_bytes_per_job_approx": round(mysql_bytes / args.jobs, 1),
+        "settings": delayq_settings(settings),
+        "machine": machine(),
+        "command": command(),
+    }
 
 
-def main() -> None:
+async def redis_facts(redis: aioredis.Redis) -> tuple[int, int]:
+    """(used_memory, keys in the database), after any lazy free has finished."""
+    for _ in range(100):
+        memory = await redis.info("memory")
+        if not memory.get("lazyfree_pending_objects"):
+            break
+        await asyncio.sleep(0.1)
+    return int(memory["used_memory"]), int(await redis.dbsize())
+
+
+def key_pattern(settings: Settings) -> str:
+    """Every Redis key of the cluster (they all start with its slots' hash tags)."""
+    return f"{{{settings.key_prefix}:*"
+
+
+async def key_usage(redis: aioredis.Redis, pattern: str) -> tuple[int, int]:
+    """(bytes, keys): MEMORY USAGE (every element counted) summed over the matching keys;
+    unlike used_memory, other clients of the same Redis do not change it."""
+    keys = [key async for key in redis.scan_iter(match=pattern, count=1000)]
+    total = 0
+    for start in range(0, len(keys), 1000):
+        pipe = redis.pipeline(transaction=False)
+        for key in keys[start : start + 1000]:
+            pipe.memory_usage(key, samples=0)
+        total += sum(size or 0 for size in await pipe.execute())
+    return total, len(keys)
+
+
+async def delete_keys(redis: aioredis.Redis, pattern: str) -> None:
+    batch: list[bytes] = []
+    async for key in redis.scan_iter(match=pattern, count=1000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            await redis.unlink(*batch)
+            batch.clear()
+    if batch:
+        await redis.unlink(*batch)
+
+
+async def mysql_size(settings: Settings) -> int:
+    """Data + index bytes of the cluster's tables (InnoDB estimates, after ANALYZE)."""
+    conn = await aiomysql.connect(**parse_mysql_url(settings.mysql_url))
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute("SHOW TABLES")
+            for (table,) in await cur.fetchall():
+                await cur.execute(f"ANALYZE TABLE `{table}`")
+                await cur.fetchall()
+            await cur.execute(
+                "SELECT COALESCE(SUM(data_length + index_length), 0)"
+                " FROM information_schema.tables WHERE table_schema = DATABASE()")
+            (size,) = await cur.fetchone()
+            return int(size)
+    finally:
+        conn.close()
+
+
+# ----- output --------------------------------------------------------------------------
+
+
+def write_pairs(path: Path, got: Received) -> None:
+    """Raw float64 (receive_ms, due_ms) pairs, the format the peers write."""
+    pairs = array("d", [0.0]) * (2 * len(got.receive_ms))
+    pairs[0::2], pairs[1::2] = got.receive_ms, got.due_ms
+    path.write_bytes(pairs.tobytes())
+
+
+def delayq_settings(settings: Settings) -> dict[str, Any]:
+    """The cluster's settings, without addresses and credentials."""
+    hidden = {"redis_url", "mysql_url", "kafka_bootstrap", "zk_hosts", "node_id"}
+    return {k: v for k, v in dataclasses.asdict(settings).items() if k not in hidden}
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def command() -> str:
+    return " ".join(["python", "benchmarks/fire_bench.py", *sys.argv[1:]])
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=100_000)
-    parser.add_argument("--window", type=float, default=10.0, help="seconds the dues span")
+    parser.add_argument("--window", type=float, default=None,
+                        help="seconds the dues span (default 10; 3600 with --backlog)")
     parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--batch", type=int, default=5000, help="jobs per schedule_many")
-    parser.add_argument("--pattern", choices=["uniform", "steady"], default="uniform",
-                        help="due times uniformly random over the window, or evenly spaced")
+    parser.add_argument("--pattern", choices=["uniform", "steady", "burst"], default="uniform",
+                        help="due times uniformly random over the window, evenly spaced "
+                             "over it, or evenly spaced within one second")
     parser.add_argument("--payload-bytes", type=int, default=80,
                         help="size of the string in each job's payload")
     parser.add_argument("--lead", type=float, default=None,
-                        help="seconds from start to first due (default 3 + jobs/15000)")
+                        help="seconds from start to first due (default 3 + jobs/15000; "
+                             "3600 with --backlog)")
+    parser.add_argument("--give-up", type=float, default=None,
+                        help="seconds after the last due time to stop waiting for missing "
+                             "jobs (default 120 + jobs/1000)")
+    parser.add_argument("--backlog", action="store_true",
+                        help="schedule far-future jobs and measure Redis memory per job")
+    parser.add_argument("--settle", type=float, default=5.0,
+                        help="--backlog with nodes: seconds to wait before reading memory")
+    parser.add_argument("--raw", type=Path, default=None,
+                        help="also write float64 (receive_ms, due_ms) pairs to this file")
+    parser.add_argument("--out", type=Path, default=None, help="where to write the JSON")
     args = parser.parse_args()
-    result = uvloop.run(run(args))
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"fire_bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    if args.nodes < (0 if args.backlog else 1):
+        parser.error("--nodes must be >= 1 (>= 0 with --backlog)")
+    if args.window is None and not args.backlog:
+        args.window = 10.0
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    result = uvloop.run(run_backlog(args) if args.backlog else run_fire(args))
+    path = args.out or RESULTS / f"fire_bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
-    print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+    brief = {k: v for k, v in result.items() if k not in ("series", "lateness_cdf_ms")}
+    print(orjson.dumps(brief, option=orjson.OPT_INDENT_2).decode())
     print(f"written to {path}")
-    if result["received"] != args.jobs or result["early"]:
+    if not args.backlog and (result["missing"] or result["early"]):
         sys.exit("some jobs were missing or early")
 
 

@@ -1,0 +1,121 @@
+"""PNG plots of a harness run (benchmarks/harness.py), written to docs/img/:
+
+* bench-steady-lateness-cdf.png: lateness CDF per system, log x;
+* bench-steady-fire-rate.png, bench-burst-fire-rate.png: jobs received per 100 ms bucket
+  (as jobs/s) against seconds since the first due time, per system;
+* bench-scale.png: delayq's fire rate and p99 lateness against the node count.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+COLORS = {"delayq": "tab:blue", "bullmq": "tab:orange", "arq": "tab:green"}
+LABELS = {"delayq": "delayq (at a Kafka consumer)", "bullmq": "BullMQ (in its worker)",
+          "arq": "arq (in its worker)"}
+MIN_LATENESS_MS = 0.1  # the log axis starts here; anything below is drawn at it
+PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 200, not 2×10²
+
+Result = dict[str, Any]
+
+
+def plot_all(run: Result, img_dir: Path) -> list[Path]:
+    """Every plot the run's scenarios allow; returns the files written."""
+    img_dir.mkdir(parents=True, exist_ok=True)
+    scenarios = run["scenarios"]
+    figures: dict[str, Figure] = {}
+    if "steady" in scenarios:
+        figures["bench-steady-lateness-cdf"] = lateness_cdf(scenarios["steady"])
+        figures["bench-steady-fire-rate"] = fire_rate(
+            scenarios["steady"], f"Steady: {scenarios['steady']['rate_per_s']:,} jobs/s due")
+    if "burst" in scenarios:
+        figures["bench-burst-fire-rate"] = fire_rate(
+            scenarios["burst"], f"Burst: {scenarios['burst']['jobs']:,} jobs due in one second")
+    if "scale" in scenarios:
+        figures["bench-scale"] = scale(scenarios["scale"])
+    paths = []
+    for name, figure in figures.items():
+        path = img_dir / f"{name}.png"
+        figure.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(figure)
+        paths.append(path)
+    return paths
+
+
+def ok_results(scenario: Result) -> dict[str, Result]:
+    return {name: r for name, r in scenario["results"].items() if "error" not in r}
+
+
+def lateness_cdf(scenario: Result) -> Figure:
+    figure, ax = plt.subplots(figsize=(7, 4.2))
+    for name, r in ok_results(scenario).items():
+        values = [max(v, MIN_LATENESS_MS) for v in r["lateness_cdf_ms"]]
+        if len(values) > 1:
+            fractions = [i / (len(values) - 1) for i in range(len(values))]
+            ax.plot(values, fractions, color=COLORS[name], label=LABELS[name])
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(PLAIN)
+    ax.set_xlabel("lateness: receive time − due time (ms, log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title(f"Steady: {scenario['rate_per_s']:,} jobs/s for {scenario['seconds']:g} s "
+                 "— lateness CDF")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right")
+    return figure
+
+
+def fire_rate(scenario: Result, title: str) -> Figure:
+    figure, ax = plt.subplots(figsize=(8, 4.2))
+    for name, r in ok_results(scenario).items():
+        series = r["series"]
+        step_s = series["bucket_ms"] / 1000
+        times = [series["start_s"] + i * step_s for i in range(len(series["counts"]))]
+        per_s = [c / step_s for c in series["counts"]]
+        ax.step(times, per_s, where="post", color=COLORS[name], linewidth=1,
+                label=f"{LABELS[name]}, {r['jobs']:,} jobs")
+    if "rate_per_s" in scenario:
+        ax.axhline(scenario["rate_per_s"], color="grey", linestyle="--", linewidth=1,
+                   label="due rate")
+    ax.set_xlabel("seconds since the first due time")
+    ax.set_ylabel("jobs received per second (100 ms buckets)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper right")
+    return figure
+
+
+def scale(scenario: Result) -> Figure:
+    nodes = [n for n in scenario["nodes"]
+             if "error" not in scenario["steady"][str(n)]
+             and "error" not in scenario["burst"][str(n)]]
+    steady = [scenario["steady"][str(n)] for n in nodes]
+    burst = [scenario["burst"][str(n)] for n in nodes]
+    figure, (rates, late) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+    rates.plot(nodes, [r["peak_fire_rate_per_s"] for r in burst], "o-", label="burst: peak")
+    rates.plot(nodes, [r["drain_fire_rate_per_s"] for r in burst], "o-", label="burst: mean")
+    rates.plot(nodes, [r["mean_fire_rate_per_s"] for r in steady], "o-",
+               label=f"steady ({scenario['rate_per_s']:,}/s due): mean")
+    rates.set_ylabel("jobs fired per second")
+    late.plot(nodes, [r["lateness_ms"]["p99"] for r in steady], "o-", label="steady p99")
+    late.plot(nodes, [r["lateness_ms"]["p99"] for r in burst], "o-", label="burst p99")
+    late.set_yscale("log")
+    late.yaxis.set_major_formatter(PLAIN)
+    late.yaxis.set_minor_formatter(PLAIN)
+    late.set_ylabel("lateness p99 (ms, log scale)")
+    for ax in (rates, late):
+        ax.set_xlabel("delayq node processes")
+        ax.set_xticks(nodes)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    rates.set_ylim(bottom=0)
+    figure.suptitle(f"delayq on one machine: {scenario['burst_jobs']:,}-job burst and "
+                    "steady load against the node count")
+    return figure

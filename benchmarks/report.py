@@ -1,0 +1,313 @@
+"""Tables of a harness run (benchmarks/harness.py) and its section of docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+BEGIN = "<!-- harness:begin -->"
+END = "<!-- harness:end -->"
+HEADING = "## Side by side with BullMQ and arq (harness)"
+NAMES = {"delayq": "delayq", "bullmq": "BullMQ", "arq": "arq",
+         "delayq_node": "delayq, 1 node", "delayq_near": "delayq, due in 2–4 min"}
+PEERS = ("bullmq", "arq")
+LATE_MARK = "†"
+
+Result = dict[str, Any]
+
+
+# ----- cells ---------------------------------------------------------------------------
+
+
+def count(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
+def rate(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f} /s"
+
+
+def ms(value: float | None) -> str:
+    if value is None or value != value:
+        return "—"
+    return f"{value:,.0f} ms" if abs(value) >= 100 else f"{value:.1f} ms"
+
+
+def seconds(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.1f} s"
+
+
+def times(a: float | None, b: float | None) -> str:
+    """a ÷ b as ×r (two significant digits below 0.1); "—" unless both are positive,
+    since a ratio of a value that is zero within the noise means nothing."""
+    if a is None or b is None or not a > 0 or not b > 0:
+        return "—"
+    r = a / b
+    return f"×{r:.2g}" if r < 0.1 else f"×{r:.2f}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def add_rate(r: Result) -> str:
+    """Add rate, marked when adding ran past the first due time."""
+    late = r.get("scheduling_finished_before_first_due") is False
+    return rate(r.get("add_rate_per_s")) + (f" {LATE_MARK}" if late else "")
+
+
+def tally(r: Result) -> str:
+    text = f"{count(r.get('received'))} / {count(r.get('missing'))} / {count(r.get('early'))}"
+    if r.get("reread_found"):
+        text += f" ({r['reread_found']:,} found on a re-read)"
+    return text + (" (reused)" if r.get("reused") else "")
+
+
+def lat(r: Result, q: str) -> float | None:
+    value: float | None = (r.get("lateness_ms") or {}).get(q)
+    return value
+
+
+def error_row(name: str, r: Result, width: int) -> list[str]:
+    return [NAMES.get(name, name), f"failed: {r['error'].splitlines()[0][:80]}",
+            *[""] * (width - 2)]
+
+
+# ----- scenario tables -----------------------------------------------------------------
+
+
+def steady_table(s: Result) -> str:
+    headers = ["system", "jobs", "add rate", "lateness p50", "p99", "p99.9", "max",
+               "peak fire rate", "received / missing / early"]
+    rows: list[list[str]] = []
+    results: dict[str, Result] = s["results"]
+    for name, r in results.items():
+        if "error" in r:
+            rows.append(error_row(name, r, len(headers)))
+            continue
+        rows.append([NAMES[name], count(r["jobs"]), add_rate(r), ms(lat(r, "p50")),
+                     ms(lat(r, "p99")), ms(lat(r, "p999")), ms(lat(r, "max")),
+                     rate(r["peak_fire_rate_per_s"]), tally(r)])
+    for d, p in ratio_pairs(results, ["delayq"]):
+        rows.append([f"{NAMES[d]} ÷ {NAMES[p]}", "", ratio(results, d, p, "add_rate_per_s"),
+                     *(times(lat(results[d], q), lat(results[p], q))
+                       for q in ("p50", "p99", "p999", "max")),
+                     ratio(results, d, p, "peak_fire_rate_per_s"), ""])
+    return table(headers, rows)
+
+
+def burst_table(s: Result) -> str:
+    headers = ["system", "jobs", "add rate", "drain", "mean fire rate", "peak fire rate",
+               "lateness p50", "p99", "max", "received / missing / early"]
+    rows: list[list[str]] = []
+    results: dict[str, Result] = s["results"]
+    for name, r in results.items():
+        if "error" in r:
+            rows.append(error_row(name, r, len(headers)))
+            continue
+        rows.append([NAMES[name], count(r["jobs"]), add_rate(r), seconds(r["drain_s"]),
+                     rate(r["drain_fire_rate_per_s"]), rate(r["peak_fire_rate_per_s"]),
+                     ms(lat(r, "p50")), ms(lat(r, "p99")), ms(lat(r, "max")), tally(r)])
+    for d, p in ratio_pairs(results, ["delayq"]):
+        rows.append([f"{NAMES[d]} ÷ {NAMES[p]}", "", ratio(results, d, p, "add_rate_per_s"),
+                     ratio(results, d, p, "drain_s"),
+                     ratio(results, d, p, "drain_fire_rate_per_s"),
+                     ratio(results, d, p, "peak_fire_rate_per_s"),
+                     times(lat(results[d], "p50"), lat(results[p], "p50")),
+                     times(lat(results[d], "p99"), lat(results[p], "p99")),
+                     times(lat(results[d], "max"), lat(results[p], "max")), ""])
+    return table(headers, rows)
+
+
+def backlog_table(s: Result) -> str:
+    headers = ["system", "jobs", "add rate", "Redis bytes / job (used_memory)",
+               "own keys: MEMORY USAGE / job", "own keys",
+               "used_memory after cleanup − before", "MySQL bytes / job (not in Redis)"]
+    rows: list[list[str]] = []
+    results: dict[str, Result] = s["results"]
+    for name, r in results.items():
+        if "error" in r:
+            rows.append(error_row(name, r, len(headers)))
+            continue
+        memory = r["redis"]
+        returned = memory["used_memory_after_cleanup"] - memory["used_memory_before"]
+        rows.append([NAMES[name], count(r["jobs"]), rate(r["add_rate_per_s"]),
+                     f"{r['redis_bytes_per_job']:,.1f}", f"{r['own_keys_bytes_per_job']:,.1f}",
+                     count(memory["own_keys"]), f"{returned / 2**20:+.1f} MiB",
+                     f"≈ {r['mysql_bytes_per_job_approx']:,.0f}"
+                     if "mysql_bytes_per_job_approx" in r else "—"])
+    for d, p in ratio_pairs(results, ["delayq_node", "delayq_near"]):
+        rows.append([f"{NAMES[d]} ÷ {NAMES[p]}", "", ratio(results, d, p, "add_rate_per_s"),
+                     ratio(results, d, p, "redis_bytes_per_job"),
+                     ratio(results, d, p, "own_keys_bytes_per_job"), "", "", ""])
+    return table(headers, rows)
+
+
+def scale_table(s: Result) -> str:
+    headers = ["nodes", "steady: mean fire rate", "p50", "p99", "burst: drain",
+               "mean fire rate", "peak fire rate", "p99", "missing (steady / burst)"]
+    rows: list[list[str]] = []
+    for n in s["nodes"]:
+        st, bu = s["steady"][str(n)], s["burst"][str(n)]
+        if "error" in st or "error" in bu:
+            rows.append(error_row(str(n), st if "error" in st else bu, len(headers)))
+            continue
+        reused = " (reused)" if st.get("reused") or bu.get("reused") else ""
+        rows.append([f"{n}{reused}", rate(st["mean_fire_rate_per_s"]), ms(lat(st, "p50")),
+                     ms(lat(st, "p99")), seconds(bu["drain_s"]),
+                     rate(bu["drain_fire_rate_per_s"]), rate(bu["peak_fire_rate_per_s"]),
+                     ms(lat(bu, "p99")), f"{count(st['missing'])} / {count(bu['missing'])}"])
+    first, last = str(s["nodes"][0]), str(s["nodes"][-1])
+    st0, st1, bu0, bu1 = s["steady"][first], s["steady"][last], s["burst"][first], \
+        s["burst"][last]
+    if first != last and not any("error" in r for r in (st0, st1, bu0, bu1)):
+        rows.append([f"{first} → {last}", times(st1["mean_fire_rate_per_s"],
+                                               st0["mean_fire_rate_per_s"]),
+                     times(lat(st1, "p50"), lat(st0, "p50")),
+                     times(lat(st1, "p99"), lat(st0, "p99")),
+                     times(bu1["drain_s"], bu0["drain_s"]),
+                     times(bu1["drain_fire_rate_per_s"], bu0["drain_fire_rate_per_s"]),
+                     times(bu1["peak_fire_rate_per_s"], bu0["peak_fire_rate_per_s"]),
+                     times(lat(bu1, "p99"), lat(bu0, "p99")), ""])
+    return table(headers, rows)
+
+
+def ratio_pairs(results: dict[str, Result], mine: list[str]) -> list[tuple[str, str]]:
+    return [(d, p) for d in mine for p in PEERS
+            if d in results and p in results and "error" not in results[d]
+            and "error" not in results[p]]
+
+
+def ratio(results: dict[str, Result], d: str, p: str, key: str) -> str:
+    return times(results[d].get(key), results[p].get(key))
+
+
+# ----- the whole report ----------------------------------------------------------------
+
+
+def titles(run: Result) -> dict[str, str]:
+    s, o = run["scenarios"], run["options"]
+    out = {}
+    if "steady" in s:
+        out["steady"] = (f"Steady: {o['rate']:,} jobs/s due for {o['seconds']:g} s "
+                         f"({s['steady']['jobs']:,} jobs)")
+    if "burst" in s:
+        out["burst"] = f"Burst: {o['burst_jobs']:,} jobs due within the same second"
+    if "backlog" in s:
+        out["backlog"] = (f"Backlog: {o['backlog_jobs']:,} jobs due an hour ahead, spread "
+                          "over an hour")
+    if "scale" in s:
+        out["scale"] = (f"Scale: delayq with {', '.join(map(str, o['nodes']))} nodes, the "
+                        "steady and the burst load")
+    return out
+
+
+def horizon_note(run: Result) -> str:
+    backlog = run["scenarios"].get("backlog", {}).get("results", {})
+    settings = backlog.get("delayq", {}).get("settings", {})
+    horizon = settings.get("redis_horizon_ms")
+    return f" redis_horizon_ms was {horizon / 60000:g} min." if horizon else ""
+
+
+def scenario_notes(run: Result) -> dict[str, str]:
+    o = run["options"]
+    cap = (f"arq runs at most {o['arq_max_jobs']:,} jobs here (it fires about 1,000/s): "
+           "its rates compare per second, its drain does not.")
+    return {
+        "steady": "Lateness = receive time − due time; ratios are delayq ÷ peer.",
+        "burst": "Drain = last receive − first due; mean fire rate = received ÷ drain; "
+                 "peak = most received in any 1 s. " + cap,
+        "backlog": "Redis bytes / job = (INFO used_memory after adding − before) ÷ jobs; "
+                   "own keys: MEMORY USAGE of the system's own keys (every element "
+                   "counted) ÷ jobs, which other clients of the same Redis cannot "
+                   "disturb (it leaves out the server's main key table). "
+                   "delayq three ways: the client alone, with one node holding the slots, "
+                   "and the client alone with the jobs due in 2–4 minutes, inside "
+                   "redis_horizon_ms (a job due later stays in MySQL alone until its slot's "
+                   "node loads it); MySQL is in neither Redis figure. "
+                   + f"arq adds at most {o['arq_max_jobs']:,} jobs here; its add rate and "
+                   "bytes per job still compare." + horizon_note(run),
+        "scale": "One machine: every node shares the same cores with Redis, MariaDB, the "
+                 "broker and the consumer. The last row is the last node count ÷ the first.",
+    }
+
+
+def machine_line(m: Result) -> str:
+    git = m["git"]
+    changed = git["uncommitted_changes"]
+    tree = f"git {str(git['commit'])[:10]}" + (
+        f" with uncommitted changes in {', '.join(changed)}" if changed else "")
+    return (f"{m['cpus']} × {m['cpu_model']}, {m['memory_gib']} GiB, {m['os']} "
+            f"({m['platform']}); Python {m['python']}, Node {m['node']}; Redis {m['redis']}, "
+            f"MariaDB {m['mariadb']}, {m['kafka_broker']}; BullMQ {m['bullmq']}, "
+            f"arq {m['arq']}; {tree}; load average at start "
+            f"{', '.join(map(str, m['loadavg_at_start']))}. The stores, the broker, every "
+            "system and its consumer share these cores.")
+
+
+HOW = """\
+- delayq: `schedule_many` (a MySQL row and Redis per job), node process(es), fired to
+  Kafka (Tansu, local); lateness at a Kafka consumer in the benchmark process, so it
+  includes the broker round trip.
+- BullMQ: `addBulk` of delayed jobs (1,000 per call, `removeOnComplete`), one Worker with
+  concurrency 200; lateness in the worker's job function.
+- arq: `enqueue_job(_defer_until=...)`, one worker with `max_jobs` 200, other settings at
+  their defaults; lateness in the job function.
+- Same Redis, one system at a time, a fresh queue / key prefix each, 100-byte payloads,
+  the same due times relative to each run's first due time; every job is added before
+  the first one is due (a † on an add rate marks a run where adding ran past it).
+- received / missing / early: jobs received, not received before the give-up time, and
+  received (or, for delayq, fired) before their due time. The local broker can make a
+  record visible out of order, past a live consumer: delayq's benchmark re-reads the
+  topic for missing jobs; those it finds count as received ("found on a re-read") but,
+  having no live receive time, stay out of the lateness and fire-rate numbers."""
+
+
+def scenario_tables(run: Result) -> list[tuple[str, str, str]]:
+    """(scenario, title, table) for every scenario that ran."""
+    builders = {"steady": steady_table, "burst": burst_table, "backlog": backlog_table,
+                "scale": scale_table}
+    return [(name, title, builders[name](run["scenarios"][name]))
+            for name, title in titles(run).items()]
+
+
+def section(run: Result, images: Sequence[Path]) -> str:
+    """The generated section of docs/benchmarks.md (between the markers)."""
+    by_name = {p.stem: p.as_posix() for p in images}
+    parts = [
+        f"_Generated by `benchmarks/harness.py` ({run['started']}, "
+        f"{run['duration_s'] / 60:.0f} min); the next run replaces everything between the "
+        "markers._",
+        f"```sh\n{run['command']}\n```",
+        f"Machine: {machine_line(run['machine'])}",
+        HOW,
+    ]
+    notes = scenario_notes(run)
+    for name, title, text in scenario_tables(run):
+        parts += [f"### {title}", text, notes[name]]
+        parts += [f"![{stem}]({path})" for stem, path in by_name.items()
+                  if stem.startswith(f"bench-{name}")]
+    return "\n\n".join(parts) + "\n"
+
+
+def console(run: Result) -> str:
+    lines = []
+    for _name, title, text in scenario_tables(run):
+        lines += [title, text, ""]
+    return "\n".join(lines)
+
+
+def write_docs(path: Path, body: str) -> None:
+    """Replace the text between the markers, or append them under HEADING."""
+    text = path.read_text()
+    block = f"{BEGIN}\n{body}{END}"
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text, count=1)
+    else:
+        text = text.rstrip("\n") + f"\n\n{HEADING}\n\n{block}\n"
+    path.write_text(text)

@@ -76,22 +76,32 @@ Reopen = Callable[[], Awaitable[AIOKafkaConsumer]]
 
 @dataclass
 class Received:
-    """What the consumer saw: one entry per record, plus the distinct job ids. Records
-    only a re-read found have no live receive time and are kept apart."""
+    """What the consumer saw: one entry per job, plus the distinct job ids. Records
+    only a re-read found have no live receive time and are kept apart; a record the
+    live consumer delivers after a re-read found it is counted once (duplicates).
+    publish_ms is the record's Kafka timestamp: set by the node's producer when it
+    appended the record, i.e. when delayq fired the job, whenever the consumer got it."""
 
     receive_ms: array[float] = field(default_factory=lambda: array("d"))
     due_ms: array[float] = field(default_factory=lambda: array("d"))
     fired_ms: array[float] = field(default_factory=lambda: array("d"))
+    publish_ms: array[float] = field(default_factory=lambda: array("d"))
     reread_due_ms: array[float] = field(default_factory=lambda: array("d"))
     reread_fired_ms: array[float] = field(default_factory=lambda: array("d"))
+    reread_publish_ms: array[float] = field(default_factory=lambda: array("d"))
     ids: set[bytes] = field(default_factory=set)
+    duplicates: int = 0
 
     def add(self, messages: Iterable[ConsumerRecord[bytes, bytes]], now_ms: float) -> None:
         for message in messages:
+            if message.key in self.ids:
+                self.duplicates += 1
+                continue
             due, fired = due_and_fired(message.value)
             self.receive_ms.append(now_ms)
             self.due_ms.append(due)
             self.fired_ms.append(fired)
+            self.publish_ms.append(message.timestamp)
             self.ids.add(message.key)
 
     def add_missed(self, messages: Iterable[ConsumerRecord[bytes, bytes]]) -> None:
@@ -100,6 +110,7 @@ class Received:
                 due, fired = due_and_fired(message.value)
                 self.reread_due_ms.append(due)
                 self.reread_fired_ms.append(fired)
+                self.reread_publish_ms.append(message.timestamp)
                 self.ids.add(message.key)
 
 
@@ -205,6 +216,10 @@ async def schedule_all(settings: Settings, topic: str, dues: list[int], batch: i
 # ----- consuming -----------------------------------------------------------------------
 
 
+RATE_KEYS = ("mean_fire_rate_per_s", "drain_s", "drain_fire_rate_per_s",
+             "peak_fire_rate_per_s", "series")
+
+
 def due_and_fired(value: bytes) -> tuple[int, int]:
     """due_ms and fired_ms of a fired record: the dispatcher ends every record with
     `,"due_ms":D,"fired_ms":F,"attempt":A}`; anything else is parsed in full."""
@@ -249,7 +264,7 @@ async def reread(reopen: Reopen, out: Received) -> None:
 
 async def start_consumer(bootstrap: str, topic: str) -> AIOKafkaConsumer:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=5,
-                                max_partition_fetch_bytes=4 << 20)
+                                max_partition_fetch_bytes=1 << 20)
     await consumer.start()
     consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
     await consumer.seek_to_beginning()
@@ -292,6 +307,18 @@ def fire_result(args: argparse.Namespace, settings: Settings, got: Received,
                 added_in_time: bool) -> dict[str, Any]:
     summary = summarize(got.receive_ms, got.due_ms, first_due_ms, args.jobs)
     all_fired, all_due = got.fired_ms + got.reread_fired_ms, got.due_ms + got.reread_due_ms
+    # The fire rate of a burst is the node's, from the records' publish times: one
+    # Python consumer on the same two cores reads a million records slower than the
+    # node publishes them, so receive times would measure the consumer.
+    published = summarize(got.publish_ms + got.reread_publish_ms, all_due, first_due_ms,
+                          args.jobs)
+    if args.pattern == "burst":
+        summary = summary | {"at_consumer": {k: summary[k] for k in RATE_KEYS}} | {
+            k: published[k] for k in RATE_KEYS}
+        summary["fire_times"] = "publish"
+    else:
+        summary["fire_times"] = "receive"
+        summary["at_publish"] = {k: published[k] for k in RATE_KEYS}
     node_late = sorted(f - d for f, d in zip(all_fired, all_due, strict=True))
     fired = sorted(all_fired)
     span_s = (fired[-1] - fired[0]) / 1000 if len(fired) > 1 else 0.0
@@ -307,6 +334,7 @@ def fire_result(args: argparse.Namespace, settings: Settings, got: Received,
         **summary,
         "received": len(got.receive_ms) + len(got.reread_due_ms),
         "unique": len(got.ids),
+        "duplicates": got.duplicates,
         "reread_found": len(got.reread_due_ms),
         "missing": max(0, args.jobs - len(got.ids)),
         # Fired (Redis clock) or received before the due time, whichever counts more.

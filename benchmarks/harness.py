@@ -43,7 +43,10 @@ What the numbers mean (benchmarks/summary.py computes them the same way for all 
               p50, p99, p99.9, max.
   fire rate   series: jobs received per 100 ms from the first due time; peak: the most
               received in any 1 s window; steady mean: received / (last − first
-              receive); burst mean: received / drain, drain = last receive − first due.
+              receive); burst mean: jobs / drain, drain = last fire − first due,
+              where a delayq job fires when its node hands the record to Kafka (the
+              record's timestamp; the consumer's receive times are in the JSON) and a
+              peer's when its worker receives it.
   bytes/job   (INFO used_memory after adding − before) / N on the same Redis, read with
               nothing else of that system in it; beside it the MEMORY USAGE of the
               system's own keys / N, which other clients of a shared Redis cannot

@@ -219,8 +219,13 @@ def scenario_notes(run: Result) -> dict[str, str]:
            "its rates compare per second, its drain does not.")
     return {
         "steady": "Lateness = receive time − due time; ratios are delayq ÷ peer.",
-        "burst": "Drain = last receive − first due; mean fire rate = received ÷ drain; "
-                 "peak = most received in any 1 s. " + cap,
+        "burst": "Drain = last fire − first due; mean fire rate = jobs ÷ drain; "
+                 "peak = most fired in any 1 s. A peer's job fires when its worker "
+                 "receives it; a delayq job when its node hands the record to Kafka (the "
+                 "record's timestamp): one Python consumer on the same two cores reads a "
+                 "million records slower than a node publishes them, so its receive "
+                 "times would measure the consumer (they are in the JSON, at_consumer). "
+                 "Lateness is at the consumer for every system. " + cap,
         "backlog": "Redis bytes / job = (INFO used_memory after adding − before) ÷ jobs; "
                    "own keys: MEMORY USAGE of the system's own keys (every element "
                    "counted) ÷ jobs, which other clients of the same Redis cannot "

@@ -9,11 +9,12 @@ cluster only (another cluster's reconciler would re-add its jobs).
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import importlib.resources
 import warnings
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -29,6 +30,8 @@ SCHEMA_FILES = ("001_jobs.sql",)
 SCHEMA_VERSION = len(SCHEMA_FILES)
 ROWS_PER_STATEMENT = 2000
 STATEMENT_BYTES = 4 << 20  # well under MySQL's default max_allowed_packet (16 MiB)
+# A job row's bytes besides its payload (counted twice: escaping), at most.
+MAX_ROW_OVERHEAD = 2048
 UTC = dt.UTC
 
 
@@ -276,7 +279,8 @@ class MySQLStore:
     # ----- producer side -----------------------------------------------------------------
 
     async def insert_jobs(self, jobs: Sequence[ValidJob], slots: Sequence[int]) -> None:
-        """Insert each job; an existing job_id keeps its row. One statement per shard.
+        """Insert each job; an existing job_id keeps its row. Multi-row statements, in
+        one transaction when there are several.
 
         "ON DUPLICATE KEY UPDATE job_id = job_id" rather than INSERT IGNORE: same effect,
         but no MySQL warning (which costs aiomysql a SHOW WARNINGS round trip).
@@ -285,17 +289,18 @@ class MySQLStore:
         for index, job in enumerate(jobs):
             by_shard[shard_of(job.job_id, self.settings.mysql_databases,
                               self.settings.mysql_tables)].append(index)
+        # Several statements go in one transaction: all jobs of the call or none.
+        in_transaction = len(by_shard) > 1 or len(jobs) > ROWS_PER_STATEMENT or (
+            2 * sum(len(job.payload_json) for job in jobs) + MAX_ROW_OVERHEAD * len(jobs)
+            >= STATEMENT_BYTES)
         async with self.pool.acquire() as conn:
-            statements = self._insert_statements(conn, jobs, slots, by_shard)
-            # Several statements go in one transaction: all jobs of the call or none.
-            in_transaction = len(statements) > 1
             if in_transaction:
                 await conn.begin()
             committing = not in_transaction
             try:
                 async with conn.cursor() as cur:
-                    for statement in statements:
-                        await cur.execute(statement)
+                    await _execute_overlapped(
+                        cur, self._insert_statements(conn, jobs, slots, by_shard))
                 if in_transaction:
                     committing = True
                     await conn.commit()
@@ -307,14 +312,13 @@ class MySQLStore:
     def _insert_statements(
         self, conn: Any, jobs: Sequence[ValidJob], slots: Sequence[int],
         by_shard: dict[tuple[int, int], list[int]],
-    ) -> list[str]:
+    ) -> Iterator[str]:
         """Multi-row INSERTs of the jobs, at most ROWS_PER_STATEMENT rows and about
         STATEMENT_BYTES each. Built here rather than by the driver, whose per-parameter
         escaping cost more than the database's work."""
         quote = _quoter(conn)
         times = _DatetimeLiterals()
         topics: dict[str, str] = {}
-        statements: list[str] = []
         for shard, indexes in by_shard.items():
             table, _ = self._shard_tables(shard)
             head = (f"INSERT INTO {table} (job_id, topic, biz_id, biz_type, status,"
@@ -334,11 +338,10 @@ class MySQLStore:
                 values.append(row)
                 size += len(row)
                 if len(values) == ROWS_PER_STATEMENT or size >= STATEMENT_BYTES:
-                    statements.append(head + ",".join(values) + tail)
+                    yield head + ",".join(values) + tail
                     values, size = [], 0
             if values:
-                statements.append(head + ",".join(values) + tail)
-        return statements
+                yield head + ",".join(values) + tail
 
     async def get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         found: dict[str, JobRecord] = {}
@@ -495,6 +498,24 @@ def _status_change(outcome: Outcome) -> tuple[int, int, str | None, str, int]:
         return (0, outcome.attempt, None, outcome.job_id, int(JobStatus.DEAD))
     return (int(outcome.status), outcome.attempt, outcome.note[:1000] or None,
             outcome.job_id, int(JobStatus.FIRING))
+
+
+async def _execute_overlapped(cur: Any, statements: Iterator[str]) -> None:
+    """Run the statements in order, building each next one while MySQL runs the last:
+    the producer's CPU and the database's work overlap instead of taking turns."""
+    running: asyncio.Task[Any] | None = None
+    try:
+        for statement in statements:
+            if running is not None:
+                await running
+            running = asyncio.create_task(cur.execute(statement))
+            await asyncio.sleep(0)  # the task sends the statement before we build on
+        if running is not None:
+            await running
+    finally:
+        if running is not None and not running.done():
+            # Building failed: the connection must not go back to the pool mid-query.
+            await asyncio.wait([running])
 
 
 class _DatetimeLiterals:

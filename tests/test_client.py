@@ -203,3 +203,28 @@ async def test_hostile_text_is_stored_verbatim(client: DelayClient) -> None:
         assert (record.job_id, record.biz_id, record.biz_type) == (text + "-id", text, text)
         assert record.payload_json == orjson.dumps({"v": text}).decode()
         assert await client.cancel(job_id) is True
+
+
+async def test_schedule_many_over_several_statements_is_all_or_nothing(
+    client: DelayClient, redis: RedisClient
+) -> None:
+    """Jobs of several shards (and more rows than one statement holds) go in one
+    transaction: when the statement of one shard fails, no shard keeps its rows."""
+    jobs = [Job("t", i, delay=60, job_id=new_id()) for i in range(5000)]
+    ids = [str(job.job_id) for job in jobs]
+    # The shard whose statement runs last, so that others ran before it failed.
+    last_shard = list(dict.fromkeys(client.mysql.tables_of(job_id)[0] for job_id in ids))[-1]
+    broken = last_shard
+    async with client.mysql.pool.acquire() as conn, conn.cursor() as cur:
+        await cur.execute(f"RENAME TABLE {broken} TO {broken[:-1]}_away`")
+    try:
+        with pytest.raises(Exception, match="doesn't exist"):
+            await client.schedule_many(jobs)
+    finally:
+        async with client.mysql.pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute(f"RENAME TABLE {broken[:-1]}_away` TO {broken}")
+    assert await client.mysql.get_many(ids) == {}
+    assert not any([await delay_scores(client, redis, job_id) for job_id in ids[:50]])
+    # With the table back, the same call schedules every job.
+    assert await client.schedule_many(jobs) == ids
+    assert len(await client.mysql.get_many(ids)) == 5000

@@ -1,0 +1,107 @@
+"""Where the CPU goes while a command runs: CPU seconds per process group.
+
+    python benchmarks/cpu_share.py -- python benchmarks/fire_bench.py --jobs 200000 \\
+        --pattern burst --nodes 4
+
+Reads utime + stime of every process in /proc every SAMPLE_S while the command runs,
+groups them (delayq nodes, the benchmark, Redis, MariaDB, the Kafka broker, ZooKeeper,
+everything else) and prints each group's CPU seconds and its share of what the machine
+had (wall time × cores), twice: over the whole run, and over the firing phase alone
+(the samples in which the delayq nodes used at least FIRING_CORES of a core). A total
+near 100 % means the cores, not delayq, bound the run. Linux only; standard library.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SAMPLE_S = 0.5
+FIRING_CORES = 0.3
+TICKS = os.sysconf("SC_CLK_TCK")
+GROUPS = (
+    ("delayq node", ("cluster.cli",)),
+    ("benchmark (client, consumer)", ("benchmarks/",)),
+    ("Redis", ("redis-server",)),
+    ("MariaDB", ("mariadbd", "mysqld")),
+    ("Kafka broker", ("tansu", "kafka")),
+    ("ZooKeeper", ("zookeeper",)),
+)
+
+
+def group_of(cmdline: str) -> str:
+    for name, needles in GROUPS:
+        if any(needle in cmdline for needle in needles):
+            return name
+    return "other"
+
+
+def snapshot() -> dict[int, tuple[str, float]]:
+    """pid → (group, CPU seconds so far) for every process readable now."""
+    found: dict[int, tuple[str, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace")
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rindex(")") + 2:].split()
+        cpu_s = (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+        found[int(entry.name)] = (group_of(cmdline), cpu_s)
+    return found
+
+
+def usage(before: dict[int, tuple[str, float]],
+          after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds per group between two snapshots."""
+    used: dict[str, float] = {}
+    for pid, (group, cpu_s) in after.items():
+        used[group] = used.get(group, 0.0) + cpu_s - before.get(pid, (group, 0.0))[1]
+    return used
+
+
+def report(title: str, used: dict[str, float], wall_s: float) -> None:
+    capacity = wall_s * (os.cpu_count() or 1)
+    print(f"\n{title}: {wall_s:.1f} s × {os.cpu_count()} cores = {capacity:.1f} CPU-s")
+    for group, cpu_s in sorted(used.items(), key=lambda item: -item[1]):
+        print(f"  {group:<30} {cpu_s:7.1f} CPU-s  {100 * cpu_s / capacity:5.1f} %")
+    total = sum(used.values())
+    print(f"  {'total':<30} {total:7.1f} CPU-s  {100 * total / capacity:5.1f} %")
+
+
+def main() -> None:
+    if "--" not in sys.argv:
+        sys.exit(__doc__)
+    command = sys.argv[sys.argv.index("--") + 1:]
+    first = previous = snapshot()
+    readings = dict(first)  # keeps the last reading of processes that ended
+    started = time.monotonic()
+    firing: dict[str, float] = {}
+    firing_s = 0.0
+    process = subprocess.Popen(command)
+    while process.poll() is None:
+        time.sleep(SAMPLE_S)
+        now = snapshot()
+        readings.update(now)
+        step = usage(previous, readings)
+        if step.get("delayq node", 0.0) >= FIRING_CORES * SAMPLE_S:
+            firing_s += SAMPLE_S
+            for group, cpu_s in step.items():
+                firing[group] = firing.get(group, 0.0) + cpu_s
+        previous = dict(readings)
+    wall_s = time.monotonic() - started
+    readings.update(snapshot())
+    report("whole run", usage(first, readings), wall_s)
+    if firing_s:
+        report("firing phase", firing, firing_s)
+    sys.exit(process.returncode)
+
+
+if __name__ == "__main__":
+    main()

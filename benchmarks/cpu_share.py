@@ -81,6 +81,7 @@ def main() -> None:
     command = sys.argv[sys.argv.index("--") + 1:]
     first = previous = snapshot()
     readings = dict(first)  # keeps the last reading of processes that ended
+    groups = {pid: group for pid, (group, _) in first.items()}
     started = time.monotonic()
     firing: dict[str, float] = {}
     firing_s = 0.0
@@ -88,7 +89,10 @@ def main() -> None:
     while process.poll() is None:
         time.sleep(SAMPLE_S)
         now = snapshot()
-        readings.update(now)
+        for pid, (group, cpu_s) in now.items():
+            # An exiting process has an empty command line: keep its first group.
+            groups.setdefault(pid, group)
+            readings[pid] = (groups[pid], cpu_s)
         step = usage(previous, readings)
         if step.get("delayq node", 0.0) >= FIRING_CORES * SAMPLE_S:
             firing_s += SAMPLE_S
@@ -96,7 +100,8 @@ def main() -> None:
                 firing[group] = firing.get(group, 0.0) + cpu_s
         previous = dict(readings)
     wall_s = time.monotonic() - started
-    readings.update(snapshot())
+    for pid, (group, cpu_s) in snapshot().items():
+        readings[pid] = (groups.setdefault(pid, group), cpu_s)
     report("whole run", usage(first, readings), wall_s)
     if firing_s:
         report("firing phase", firing, firing_s)

@@ -19,10 +19,10 @@ that outlive `marker_retention_ms`, and the reconciler never takes longer than h
 that between reading a page and adding it, so a row it read as pending just before it
 fired or was cancelled is not brought back.
 
-The full pass (every row due before the slot's "loaded until") runs for a slot
-whenever this node takes the slot (at start, after a hand-off, and after Redis lost
-the slot's keys: the lost owner key fences the node, which then takes the slot again),
-for every owned slot every reconcile_interval_ms, and on demand (`delayq recover`).
+The full pass (every row due before now + horizon/2) runs for a slot whenever this
+node takes the slot (at start, after a hand-off, and after Redis lost the slot's keys:
+the lost owner key fences the node, which then takes the slot again), for every owned
+slot every reconcile_interval_ms, and on demand (`delayq recover`).
 """
 
 from __future__ import annotations
@@ -175,8 +175,8 @@ class Reconciler:
                 continue
             result = await reconcile(self.settings, self.mysql, self.scripts, slots,
                                      since_ms=since, until_ms=until)
-            for slot in slots:
-                self._loaded_until[slot] = until
+            for slot in slots:  # a take-time pass meanwhile may have gone further
+                self._loaded_until[slot] = max(self._loaded_until.get(slot, 0), until)
             added += result.readded
         self.loaded_total += added
         return added

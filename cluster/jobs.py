@@ -67,7 +67,13 @@ class ValidJob:
     due_ms: int
     max_attempts: int
     payload_json: bytes
-    tail: bytes  # what Redis keeps beside the job (cluster/envelope.py)
+
+    @property
+    def tail(self) -> bytes:
+        """What Redis keeps beside the job (cluster/envelope.py). Made on demand: a job
+        due beyond the horizon goes to MySQL only, and the node makes it from the row."""
+        return make_tail(self.job_id, self.topic, self.biz_id, self.biz_type,
+                         self.payload_json)
 
 
 def now_ms() -> int:
@@ -217,7 +223,6 @@ def validate(
         due_ms=due,
         max_attempts=max_attempts,
         payload_json=payload_json,
-        tail=make_tail(job_id, topic, biz_id, biz_type, payload_json),
     )
 
 

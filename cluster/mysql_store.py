@@ -16,6 +16,7 @@ import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -30,8 +31,6 @@ SCHEMA_FILES = ("001_jobs.sql",)
 SCHEMA_VERSION = len(SCHEMA_FILES)
 ROWS_PER_STATEMENT = 2000
 STATEMENT_BYTES = 4 << 20  # well under MySQL's default max_allowed_packet (16 MiB)
-# A job row's bytes besides its payload (counted twice: escaping), at most.
-MAX_ROW_OVERHEAD = 2048
 UTC = dt.UTC
 
 
@@ -285,22 +284,25 @@ class MySQLStore:
         "ON DUPLICATE KEY UPDATE job_id = job_id" rather than INSERT IGNORE: same effect,
         but no MySQL warning (which costs aiomysql a SHOW WARNINGS round trip).
         """
+        if not jobs:
+            return
         by_shard: dict[tuple[int, int], list[int]] = defaultdict(list)
         for index, job in enumerate(jobs):
             by_shard[shard_of(job.job_id, self.settings.mysql_databases,
                               self.settings.mysql_tables)].append(index)
-        # Several statements go in one transaction: all jobs of the call or none.
-        in_transaction = len(by_shard) > 1 or len(jobs) > ROWS_PER_STATEMENT or (
-            2 * sum(len(job.payload_json) for job in jobs) + MAX_ROW_OVERHEAD * len(jobs)
-            >= STATEMENT_BYTES)
         async with self.pool.acquire() as conn:
+            statements = self._insert_statements(conn, jobs, slots, by_shard)
+            # Several statements go in one transaction: all jobs of the call or none.
+            # The first two are built up front to know whether there is a second.
+            first, second = next(statements), next(statements, None)
+            in_transaction = second is not None
             if in_transaction:
                 await conn.begin()
             committing = not in_transaction
             try:
                 async with conn.cursor() as cur:
                     await _execute_overlapped(
-                        cur, self._insert_statements(conn, jobs, slots, by_shard))
+                        cur, chain([first], [second] if second else [], statements))
                 if in_transaction:
                     committing = True
                     await conn.commit()
@@ -500,7 +502,7 @@ def _status_change(outcome: Outcome) -> tuple[int, int, str | None, str, int]:
             outcome.job_id, int(JobStatus.FIRING))
 
 
-async def _execute_overlapped(cur: Any, statements: Iterator[str]) -> None:
+async def _execute_overlapped(cur: Any, statements: Iterable[str]) -> None:
     """Run the statements in order, building each next one while MySQL runs the last:
     the producer's CPU and the database's work overlap instead of taking turns."""
     running: asyncio.Task[Any] | None = None

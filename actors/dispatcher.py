@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
 
-from actors.base import SlotQueue, batch_or_stop
+from actors import failpoints
+from actors.ownership import Ownership
+from actors.publisher import Publisher
+from actors.queues import SlotQueue, batch_or_stop
 from actors.scanner import SlotScanner
-from cluster import failpoints
 from cluster.config import Settings
 from cluster.envelope import Fire, fire_of
-from cluster.ownership import Ownership
-from cluster.publisher import Publisher
 from cluster.scripts import Fenced, Scripts
 
 log = logging.getLogger(__name__)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from actors.base import SlotQueue, batch_or_stop
+from actors import failpoints
+from actors.ownership import Ownership
+from actors.queues import SlotQueue, batch_or_stop
 from actors.scanner import SlotScanner
-from cluster import failpoints
-from cluster.ownership import Ownership
 from cluster.scripts import Scripts
 
 log = logging.getLogger(__name__)

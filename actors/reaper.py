@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from actors.ownership import Ownership
 from actors.scanner import SlotScanner
 from cluster.config import Settings
-from cluster.ownership import Ownership
 from cluster.scripts import Scripts
 
 log = logging.getLogger(__name__)

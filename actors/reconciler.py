@@ -35,11 +35,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from actors.base import SlotQueue, batch_or_stop
+from actors.ownership import Ownership
+from actors.queues import SlotQueue, batch_or_stop
 from cluster.config import Settings
-from cluster.jobs import JobStatus
+from cluster.contract import JobStatus
 from cluster.mysql_store import MySQLStore, ms_to_datetime
-from cluster.ownership import Ownership
 from cluster.scripts import NewJob, Scripts
 
 log = logging.getLogger(__name__)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from cluster.jobs import JobStatus
+from actors.ownership import Ownership
+from cluster.contract import JobStatus
 from cluster.mysql_store import MySQLStore, Outcome
-from cluster.ownership import Ownership
 from cluster.scripts import Scripts
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ import heapq
 import logging
 import time
 
-from actors.base import SlotQueue
-from cluster.ownership import Ownership
+from actors.ownership import Ownership
+from actors.queues import SlotQueue
 
 log = logging.getLogger(__name__)
 

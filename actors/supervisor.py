@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
-from actors.base import Actor
+from actors.queues import Actor
 
 log = logging.getLogger(__name__)
 

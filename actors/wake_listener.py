@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from actors.ownership import Ownership
 from actors.scanner import SlotScanner
-from cluster.ownership import Ownership
 from cluster.redis_conn import connect_subscriber
 
 log = logging.getLogger(__name__)

@@ -58,7 +58,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from summary import percentile, summarize
 
-from cluster.client import DelayClient, Job
+from cluster import DelayClient, Job
 from cluster.config import Settings
 from cluster.mysql_store import (
     create_cluster_database,

@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if args.command == "services":
-        from cluster import services
+        import devstack.services as services
 
         return services.run(args.action, purge=args.purge, redis_cluster=args.redis_cluster)
     if args.config:
@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "db":
             return _run(_migrate(settings))
         if args.command == "node":
-            from cluster.node import run_node
+            from actors.node import run_node
 
             return _run(run_node(settings))
         if args.command == "cluster":

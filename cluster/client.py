@@ -24,11 +24,11 @@ from typing import Any
 import pymysql
 
 from cluster.config import Settings
+from cluster.contract import JobStatus
 from cluster.envelope import record_of
 from cluster.jobs import (
     InvalidJob,
     Job,
-    JobStatus,
     ValidJob,
     check_job_id,
     check_topic,

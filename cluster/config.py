@@ -124,6 +124,11 @@ class Settings:
             raise ConfigError(f"key_prefix must be non-empty without braces, spaces or '/': "
                               f"{self.key_prefix!r}")
 
+    @property
+    def zk_cluster_root(self) -> str:
+        """The cluster's znode: <zk_root>/<key_prefix> (actors/membership.py)."""
+        return f"{self.zk_root.rstrip('/')}/{self.key_prefix}"
+
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 

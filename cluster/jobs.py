@@ -12,21 +12,12 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
 import orjson
 
 from cluster.config import Settings
 from cluster.envelope import make_tail
-
-
-class JobStatus(IntEnum):
-    PENDING = 0
-    FIRING = 1  # at least one attempt failed; a retry is scheduled
-    FIRED = 2
-    CANCELLED = 3
-    DEAD = 4
 
 
 class InvalidJob(ValueError):

@@ -24,7 +24,8 @@ import aiomysql
 import pymysql
 
 from cluster.config import ConfigError, Settings
-from cluster.jobs import JobStatus, ValidJob, now_ms
+from cluster.contract import JobStatus
+from cluster.jobs import ValidJob, now_ms
 from cluster.keys import shard_of
 
 SCHEMA_FILES = ("001_jobs.sql",)

@@ -14,7 +14,6 @@ from aiozk import ZKClient, exc
 
 from cluster.config import Settings
 from cluster.keys import KeySpace
-from cluster.membership import cluster_root
 from cluster.redis_conn import open_redis
 
 
@@ -44,7 +43,7 @@ class ClusterStatus:
 
 
 async def read_status(settings: Settings) -> ClusterStatus:
-    root = cluster_root(settings)
+    root = settings.zk_cluster_root
     zk = ZKClient(settings.zk_hosts, session_timeout=settings.zk_session_timeout_ms / 1000)
     await zk.start()
     try:

@@ -19,7 +19,7 @@ import uvloop
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from cluster.client import DelayClient, Job
+from cluster import DelayClient, Job
 from cluster.config import Settings
 
 JOBS = 40

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.client import DelayClient, JobStatus, StoreUnavailable
+from cluster import DelayClient, JobStatus, StoreUnavailable
 from cluster.envelope import record_of
 from cluster.redis_conn import RedisClient
 

@@ -21,11 +21,11 @@ import uvloop
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from cluster import services
-from cluster.client import DelayClient
+import devstack.services as services
+from actors.node import Node
+from cluster import DelayClient
 from cluster.config import Settings
 from cluster.mysql_store import create_cluster_database, drop_cluster_database
-from cluster.node import Node
 from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import Scripts
 

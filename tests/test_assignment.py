@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from cluster.assignment import assign
+from actors.assignment import assign
 
 MEMBERS = [f"m-{i:010d}" for i in range(8)]
 MEMBERS_12 = [f"m-{i:010d}" for i in range(12)]

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from cluster.client import DelayClient, InvalidJob, Job, JobStatus
+from cluster import DelayClient, InvalidJob, Job, JobStatus
 from cluster.config import Settings
 from cluster.jobs import now_ms
 from cluster.keys import slot_of

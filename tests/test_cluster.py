@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.client import DelayClient, Job
+from actors.membership import ClusterConfigError, Membership
+from actors.node import Node
+from cluster import DelayClient, Job
 from cluster.config import Settings
 from cluster.keys import KeySpace
-from cluster.membership import ClusterConfigError, Membership
 from cluster.mysql_store import SchemaError
-from cluster.node import Node
 from cluster.redis_conn import RedisClient
 from cluster.scripts import Scripts
 from cluster.status import read_status, render

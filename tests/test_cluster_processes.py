@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.client import DelayClient, Job
+from cluster import DelayClient, Job
 from cluster.config import Settings
 from cluster.status import read_status
 from tests.conftest import Collector

@@ -7,10 +7,10 @@ import os
 import subprocess
 import sys
 
-from cluster.client import DelayClient, JobStatus
+from actors.node import Node
+from cluster import DelayClient, JobStatus
 from cluster.config import Settings
 from cluster.keys import slot_of
-from cluster.node import Node
 from cluster.scripts import Scripts
 from tests.conftest import Collector, wait_for
 

@@ -6,10 +6,10 @@ import random
 import uuid
 from collections import Counter
 
-from cluster.client import DelayClient, Job, JobStatus
+from actors.node import Node
+from cluster import DelayClient, Job, JobStatus
 from cluster.config import Settings
 from cluster.keys import slot_of
-from cluster.node import Node
 from cluster.scripts import Scripts
 from tests.conftest import Collector, wait_for
 

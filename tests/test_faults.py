@@ -22,10 +22,10 @@ from typing import Any
 import orjson
 import pytest
 
-from cluster import services
-from cluster.client import DelayClient
+import devstack.services as services
+from actors.failpoints import EXIT_CODE, NAMES
+from cluster import DelayClient
 from cluster.config import Settings
-from cluster.failpoints import EXIT_CODE, NAMES
 from cluster.redis_conn import RedisClient
 from tests.checker import Ledger, Verdict, verdict
 from tests.conftest import Collector

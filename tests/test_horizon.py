@@ -7,11 +7,11 @@ from collections import Counter
 
 import pytest
 
+from actors.node import Node
 from actors.reconciler import reconcile
-from cluster.client import DelayClient, Job, JobStatus
+from cluster import DelayClient, Job, JobStatus
 from cluster.config import ConfigError, Settings
 from cluster.keys import slot_of
-from cluster.node import Node
 from cluster.redis_conn import RedisClient
 from tests.conftest import Collector
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.client import DelayClient, Job
+from cluster import DelayClient, Job
 from cluster.config import Settings
 from tests.conftest import Collector
 from tests.processes import NodeProcess

@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
+from actors.node import Node
+from actors.preflight import UnsafeConfig, check_redis
 from cluster.config import Settings
-from cluster.node import Node
-from cluster.preflight import UnsafeConfig, check_redis
 from cluster.redis_conn import RedisClient
 
 

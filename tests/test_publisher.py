@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from aiokafka.errors import UnknownTopicOrPartitionError
 
+from actors.publisher import Publisher
 from cluster.envelope import Fire, murmur2
-from cluster.publisher import Publisher
 
 
 class Batch:

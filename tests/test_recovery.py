@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+from actors.node import Node
 from actors.reconciler import reconcile
-from cluster.client import DelayClient, Job, JobStatus
+from cluster import DelayClient, Job, JobStatus
 from cluster.config import Settings
 from cluster.keys import slot_of
-from cluster.node import Node
 from cluster.redis_conn import RedisClient
 from tests.conftest import Collector, wait_for
 

@@ -11,14 +11,14 @@ import pytest
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.partitioner import murmur2 as kafka_murmur2
 
-from actors.base import SlotQueue
+from actors.ownership import StaticOwnership
+from actors.queues import SlotQueue
 from actors.recorder import parse_entry
 from actors.scanner import SlotScanner
 from cluster.config import ConfigError, Settings
+from cluster.contract import JobStatus
 from cluster.envelope import fire_of, make_tail, murmur2, partition_of, record_of
-from cluster.jobs import JobStatus
 from cluster.keys import KeySpace, shard_of, slot_of
-from cluster.ownership import StaticOwnership
 
 # ----- config -------------------------------------------------------------------------------
 

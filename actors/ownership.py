@@ -2,7 +2,7 @@
 
 Actors ask `owns()`/`owned()` before each step, pass `epoch(slot)` to every script that
 acts as the slot's owner, and call `lost()` when a script answers FENCED. ZooKeeper
-membership (cluster/membership.py) is the implementation nodes use; StaticOwnership
+membership (actors/membership.py) is the implementation nodes use; StaticOwnership
 (every slot, epoch 0) serves tests of single actors.
 """
 

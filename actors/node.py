@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
 
-from actors.base import SlotQueue
 from actors.dispatcher import Dispatcher
+from actors.membership import Membership
 from actors.mover import Mover
+from actors.preflight import check_redis
+from actors.queues import SlotQueue
 from actors.reaper import RetryReaper
 from actors.reconciler import Reconciler
 from actors.recorder import Recorder
@@ -28,9 +30,7 @@ from actors.supervisor import Supervisor
 from actors.wake_listener import WakeListener
 from cluster.config import Settings
 from cluster.keys import KeySpace
-from cluster.membership import Membership
 from cluster.mysql_store import MySQLStore
-from cluster.preflight import check_redis
 from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import Scripts
 

@@ -8,7 +8,7 @@ Layout under the cluster root, <zk_root>/<key_prefix>:
     slots/<n>         one persistent znode per slot: {"owner": member or null}; its
                       version, bumped by every change, is the slot's epoch
 
-Every member computes the same slot map from the live members (cluster/assignment.py).
+Every member computes the same slot map from the live members (actors/assignment.py).
 Hand-off is two-sided, so a slot is never worked on by two nodes at once:
 
 * the old owner stops scanning, moving and claiming the slot, waits for its rounds in
@@ -39,7 +39,7 @@ import orjson
 from aiozk import WatchEvent, ZKClient, exc
 from aiozk.states import States
 
-from cluster.assignment import assign
+from actors.assignment import assign
 from cluster.config import Settings
 from cluster.scripts import Scripts
 
@@ -55,10 +55,6 @@ class ClusterConfigError(RuntimeError):
     """This node's settings disagree with the cluster's (e.g. the slot count)."""
 
 
-def cluster_root(settings: Settings) -> str:
-    return f"{settings.zk_root.rstrip('/')}/{settings.key_prefix}"
-
-
 async def _no_wait(slot: int) -> None:
     return None
 
@@ -71,7 +67,7 @@ class Membership:
     def __init__(self, settings: Settings, scripts: Scripts) -> None:
         self.settings = settings
         self.scripts = scripts
-        self.root = cluster_root(settings)
+        self.root = settings.zk_cluster_root
         self.zk: ZKClient | None = None
         self.member: str | None = None
         self._held: dict[int, int] = {}  # slot → epoch: the slots actors work on

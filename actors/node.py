@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from dataclasses import dataclass
+from pathlib import Path
 
+import orjson
 from aiokafka import AIOKafkaProducer
 
 from actors.dispatcher import Dispatcher
@@ -165,14 +168,33 @@ class Node:
         }
 
 
-async def run_node(settings: Settings) -> int:
-    """Run a node until SIGTERM/SIGINT; the exit code for the process."""
+def write_ready_file(path: Path, node: Node) -> None:
+    """Say "started" in a file, atomically (a reader never sees half of it)."""
+    member = node.parts.membership.member if node.parts is not None else None
+    data = orjson.dumps({"node_id": node.settings.node_id, "member": member,
+                         "pid": os.getpid()})
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.write_bytes(data)
+    temporary.replace(path)
+
+
+def clear_ready_file(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
+async def run_node(settings: Settings, *, ready_file: Path | None = None) -> int:
+    """Run a node until SIGTERM/SIGINT; the exit code for the process. With ready_file,
+    the node writes that file once started and deletes it when it stops."""
     node = Node(settings)
     stop_requested = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop_requested.set)
+    if ready_file is not None:
+        clear_ready_file(ready_file)  # a stale one from an earlier run
     await node.start()
+    if ready_file is not None:
+        write_ready_file(ready_file, node)
     waiter = asyncio.create_task(node.wait())
     stopper = asyncio.create_task(stop_requested.wait())
     await asyncio.wait((waiter, stopper), return_when=asyncio.FIRST_COMPLETED)
@@ -181,6 +203,8 @@ async def run_node(settings: Settings) -> int:
         log.error("node failed: %s", waiter.exception())
         code = 1
     log.info("stopping node %s", settings.node_id)
+    if ready_file is not None:
+        clear_ready_file(ready_file)
     await node.stop()
     stopper.cancel()
     if not waiter.done():

@@ -2,7 +2,7 @@
 
     delayq services up|down|status|env   the local development stack
     delayq db migrate                    create or update the MySQL schema
-    delayq node                          run a node until SIGTERM/SIGINT (start more
+    delayq node [--ready-file PATH]      run a node until SIGTERM/SIGINT (start more
                                          processes, here or elsewhere, to scale)
     delayq cluster status                members, slot map, per-slot depth
     delayq recover                       re-add to Redis the pending jobs it lost
@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 from collections.abc import Coroutine, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -61,11 +62,18 @@ def _parser() -> argparse.ArgumentParser:
     db.add_argument("action", choices=["migrate"],
                     help="migrate: create the shard databases and tables (idempotent)")
 
-    commands.add_parser("node", help="run a node until SIGTERM or SIGINT",
-                        description="Run a node: join the cluster in ZooKeeper, take its "
-                        "share of the slots, and scan, move, dispatch, reap and record "
-                        "them. Start more nodes (on this machine or others, with the same "
-                        "settings) to scale; SIGTERM hands its slots over cleanly.")
+    node = commands.add_parser(
+        "node", help="run a node until SIGTERM or SIGINT",
+        description="Run a node: join the cluster in ZooKeeper, take its share of the "
+        "slots, and scan, move, dispatch, reap and record them. Start more nodes (on this "
+        "machine or others, with the same settings) to scale; SIGTERM hands its slots "
+        "over cleanly.",
+    )
+    node.add_argument(
+        "--ready-file", metavar="PATH",
+        help="write this file (JSON: node_id, member, pid) once the node has started, and "
+        "delete it when the node stops: a readiness signal for supervisors and scripts",
+    )
 
     cluster = commands.add_parser(
         "cluster", help="cluster state",
@@ -133,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "node":
             from actors.node import run_node
 
-            return _run(run_node(settings))
+            ready_file = Path(args.ready_file) if args.ready_file else None
+            return _run(run_node(settings, ready_file=ready_file))
         if args.command == "cluster":
             return _run(_cluster_status(settings, args.json))
         if args.command == "recover":

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaProducer
 
 from actors import failpoints
+from actors.lifecycle import Actor
 from actors.ownership import Ownership
 from actors.publisher import Publisher
-from actors.queues import SlotQueue, batch_or_stop
+from actors.queues import SlotQueue
 from actors.scanner import SlotScanner
 from cluster.config import Settings
 from cluster.envelope import Fire, fire_of
@@ -42,7 +43,7 @@ class Sent:
     future: asyncio.Future[object]
 
 
-class Dispatcher:
+class Dispatcher(Actor):
     name = "dispatcher"
 
     def __init__(
@@ -54,6 +55,7 @@ class Dispatcher:
         scanner: SlotScanner,
         inbox: SlotQueue,
     ) -> None:
+        super().__init__()
         self.settings = settings
         self.scripts = scripts
         self.publisher = Publisher(producer, settings.node_id, settings.kafka_max_batch_bytes)
@@ -66,10 +68,6 @@ class Dispatcher:
         self.lease_ms = settings.zk_session_timeout_ms / 2
         self._rounds_in_flight: Counter[int] = Counter()
         self._round_done = asyncio.Event()
-        self._stopping = asyncio.Event()
-
-    def stop(self) -> None:
-        self._stopping.set()
 
     def busy(self, slot: int) -> bool:
         """Whether a round that claimed from `slot` still awaits the broker or its ack."""
@@ -81,16 +79,21 @@ class Dispatcher:
             self._round_done.clear()
             await self._round_done.wait()
 
-    async def run(self) -> None:
+    async def body(self) -> None:
         """Claim and send, slot batch after slot batch; a separate task per round waits
         for the broker and acks, so claiming never waits on Kafka round trips. At most
         dispatch_concurrency rounds await the broker at once (backpressure)."""
-        self._stopping.clear()
+        try:
+            await self._dispatch()
+        finally:
+            await self.publisher.close()  # sends still waiting for a topic's metadata
+
+    async def _dispatch(self) -> None:
         in_flight = asyncio.Semaphore(self.settings.dispatch_concurrency)
         # Leaving the TaskGroup waits for every round already sent: a clean stop
         # finishes what it claimed.
         async with asyncio.TaskGroup() as rounds:
-            while (slots := await batch_or_stop(self.inbox, self._stopping)) is not None:
+            while (slots := await self.next_batch(self.inbox)) is not None:
                 held = [(slot, self.ownership.epoch(slot))
                         for slot in slots if self.ownership.owns(slot)]
                 if not held:
@@ -107,7 +110,7 @@ class Dispatcher:
                 except Exception as exc:
                     log.warning("claiming from %d slot(s) failed: %s", len(held), exc)
                     self._round_finished(held, in_flight)
-                    await asyncio.sleep(RETRY_AFTER_ERROR_S)
+                    await self.sleep(RETRY_AFTER_ERROR_S)
                     more = [slot for slot, _ in held]
                 else:
                     deadline = time.monotonic() + self.settings.kafka_delivery_timeout_ms / 1000

@@ -1,4 +1,4 @@
-"""ZooKeeper membership and fenced slot ownership: the Ownership every node uses.
+"""ZooKeeper membership and fenced slot ownership: which slots a node holds (HeldSlots).
 
 Layout under the cluster root, <zk_root>/<key_prefix>:
 
@@ -40,12 +40,15 @@ from aiozk import WatchEvent, ZKClient, exc
 from aiozk.states import States
 
 from actors.assignment import assign
+from actors.lifecycle import Actor, Tick
+from actors.ownership import HeldSlots
 from cluster.config import Settings
 from cluster.scripts import Scripts
 
 log = logging.getLogger(__name__)
 
 RECONCILE_INTERVAL_S = 0.2
+WATCHDOG_INTERVAL_S = 0.05
 # Without an answer from ZooKeeper for this share of the session timeout, a node can no
 # longer be sure its session is alive, so it stops working on its slots.
 SUSPEND_GIVE_UP = 0.75
@@ -55,58 +58,35 @@ class ClusterConfigError(RuntimeError):
     """This node's settings disagree with the cluster's (e.g. the slot count)."""
 
 
-async def _no_wait(slot: int) -> None:
-    return None
+class Membership(Actor):
+    """Joins the cluster and keeps this node's share of slots in `held`, the HeldSlots
+    the node's actors read.
 
-
-class Membership:
-    """Joins the cluster, keeps this node's share of slots, and implements Ownership."""
+    on_acquired(slot) is called when this node took a slot; quiesce(slot) returns when
+    no work on a slot this node is giving up is in flight any more (the dispatcher's
+    rounds), so that the release never happens under it.
+    """
 
     name = "membership"
 
-    def __init__(self, settings: Settings, scripts: Scripts) -> None:
+    def __init__(
+        self, settings: Settings, scripts: Scripts, held: HeldSlots, *,
+        on_acquired: Callable[[int], None], quiesce: Callable[[int], Awaitable[None]],
+    ) -> None:
+        super().__init__()
         self.settings = settings
         self.scripts = scripts
+        self.held = held
+        self.on_acquired = on_acquired
+        self.quiesce = quiesce
         self.root = settings.zk_cluster_root
         self.zk: ZKClient | None = None
         self.member: str | None = None
-        self._held: dict[int, int] = {}  # slot → epoch: the slots actors work on
         # slot → znode version of every slot ZooKeeper names this member as owner of;
-        # a superset of _held (a take whose Redis step failed is here, not there).
+        # a superset of the held slots (a take whose Redis step failed is here only).
         self._claimed: dict[int, int] = {}
-        self._stopping = False
         self._last_contact = time.monotonic()
-        self._wake = asyncio.Event()
-        self._watchdog: asyncio.Task[None] | None = None
         self._members_watch: asyncio.Future[None] | None = None
-        # Set by the node: a slot was acquired / wait until a slot's rounds are done.
-        self.on_acquired: Callable[[int], None] = lambda slot: None
-        self.quiesce: Callable[[int], Awaitable[None]] = _no_wait
-
-    # ----- Ownership ---------------------------------------------------------------------
-
-    def owned(self) -> frozenset[int]:
-        return frozenset(self._held)
-
-    def owns(self, slot: int) -> bool:
-        return slot in self._held
-
-    def epoch(self, slot: int) -> int:
-        return self._held[slot]
-
-    def lost(self, slot: int, epoch: int) -> None:
-        if self._held.get(slot) == epoch:
-            del self._held[slot]
-            log.warning("slot %d: epoch %d is fenced, another node owns it now", slot, epoch)
-            self._wake.set()
-
-    def drop_all(self, reason: str) -> None:
-        """Stop working on every slot now; the loop takes them again (with new epochs)
-        once it can prove membership."""
-        if self._held:
-            log.warning("dropping all %d slot(s): %s", len(self._held), reason)
-            self._held.clear()
-        self._wake.set()
 
     # ----- joining ---------------------------------------------------------------------
 
@@ -122,7 +102,6 @@ class Membership:
         except BaseException:
             await self.zk.close()
             raise
-        self._watchdog = asyncio.create_task(self._watch_session(), name="zk-watchdog")
 
     async def _ensure_layout(self) -> None:
         zk = self._zk()
@@ -167,23 +146,26 @@ class Membership:
     # ----- the loop -----------------------------------------------------------------------
 
     def stop(self) -> None:
-        self._stopping = True
-        self._wake.set()
+        super().stop()
+        self.held.changed.set()
 
-    async def run(self) -> None:
-        self._stopping = False
+    def timers(self) -> list[tuple[float, Tick]]:
+        return [(WATCHDOG_INTERVAL_S, self._watch_session)]
+
+    async def body(self) -> None:
         timeout = self.settings.zk_session_timeout_ms / 1000
-        while not self._stopping:
+        while not self.stopping:
             try:
                 await asyncio.wait_for(self._reconcile(), timeout * 2)
             except Exception as error:  # ZooKeeper or Redis unreachable: try again soon
                 log.warning("membership: %s: %s", type(error).__name__, error)
-            self._wake.clear()
+            self.held.changed.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), RECONCILE_INTERVAL_S)
+                async with asyncio.timeout(RECONCILE_INTERVAL_S):
+                    await self.held.changed.wait()
             except TimeoutError:
                 pass
-        await self._leave()
+        await self.leave()
 
     async def _reconcile(self) -> None:
         zk = self._zk()
@@ -191,13 +173,13 @@ class Membership:
         if self._members_watch is None or self._members_watch.done():
             # A join or leave wakes the loop at once (the periodic pass is the fallback).
             self._members_watch = zk.wait_for_events([WatchEvent.CHILDREN_CHANGED], path)
-            self._members_watch.add_done_callback(lambda _: self._wake.set())
+            self._members_watch.add_done_callback(lambda _: self.held.changed.set())
         asked_at = time.monotonic()
         members = sorted(await zk.get_children(path, watch=True))
         self._answered(asked_at)
         if self.member not in members:
             # Our ephemeral znode is gone: the session expired. Rejoin as a new member.
-            self.drop_all(f"member {self.member} is gone (session expired)")
+            self.held.drop_all(f"member {self.member} is gone (session expired)")
             self._claimed.clear()  # its claims name a dead member: anyone may take them
             self.member = None
             await self._register()
@@ -206,8 +188,8 @@ class Membership:
                 if m == self.member}
         for slot in sorted(set(self._claimed) - mine):
             await self._release(slot)
-        for slot in sorted(mine - set(self._held)):
-            if self._stopping or self.member is None:
+        for slot in sorted(mine - self.held.owned()):
+            if self.stopping or self.member is None:
                 return
             await self._take(slot, set(members))
 
@@ -217,7 +199,7 @@ class Membership:
 
     async def _release(self, slot: int) -> None:
         version = self._claimed[slot]
-        if self._held.pop(slot, None) is not None:  # actors stop working on it now
+        if self.held.release(slot):  # actors stop working on it now
             try:
                 await asyncio.wait_for(
                     self.quiesce(slot), self.settings.kafka_delivery_timeout_ms / 1000 * 2
@@ -259,9 +241,9 @@ class Membership:
             log.error("slot %d: Redis holds an epoch newer than %d; was ZooKeeper reset?",
                       slot, epoch)
             return
-        if self.member is None or self._stopping:
+        if self.member is None or self.stopping:
             return
-        self._held[slot] = epoch
+        self.held.hold(slot, epoch)
         log.info("took slot %d (epoch %d, previous owner %s)", slot, epoch, owner)
         self.on_acquired(slot)
 
@@ -272,16 +254,16 @@ class Membership:
         node stops before anyone else may take its slots."""
         zk = self._zk()
         give_up_s = self.settings.zk_session_timeout_ms / 1000 * SUSPEND_GIVE_UP
-        while True:
-            if zk.session.state.current_state == States.LOST:
-                if self._held:
-                    self.drop_all("ZooKeeper session lost")
-            elif time.monotonic() - self._last_contact > give_up_s and self._held:
-                self.drop_all(f"no answer from ZooKeeper for over {give_up_s:.1f} s")
-            await asyncio.sleep(0.05)
+        if not self.held.owned():
+            return
+        if zk.session.state.current_state == States.LOST:
+            self.held.drop_all("ZooKeeper session lost")
+        elif time.monotonic() - self._last_contact > give_up_s:
+            self.held.drop_all(f"no answer from ZooKeeper for over {give_up_s:.1f} s")
 
-    async def _leave(self) -> None:
-        """Release every slot so others take them at once, then end the session."""
+    async def leave(self) -> None:
+        """Release every slot so others take them at once, then end the session.
+        Idempotent: the node also calls it when it stops without having run."""
         zk = self.zk
         if zk is None:
             return
@@ -290,8 +272,6 @@ class Membership:
                 await asyncio.wait_for(self._release(slot), 5)
             except (exc.ZKError, TimeoutError, ConnectionError) as error:
                 log.warning("could not release slot %d: %s", slot, error)
-        if self._watchdog is not None:
-            self._watchdog.cancel()
         self.member = None
         try:
             await asyncio.wait_for(zk.close(), 5)

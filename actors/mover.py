@@ -8,12 +8,12 @@ dispatcher when its ready list holds jobs.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from actors import failpoints
+from actors.lifecycle import Actor
 from actors.ownership import Ownership
-from actors.queues import SlotQueue, batch_or_stop
+from actors.queues import SlotQueue
 from actors.scanner import SlotScanner
 from cluster.scripts import Scripts
 
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_ERROR_MS = 200
 
 
-class Mover:
+class Mover(Actor):
     name = "mover"
 
     def __init__(
@@ -34,6 +34,7 @@ class Mover:
         dispatch_queue: SlotQueue,
         batch: int,
     ) -> None:
+        super().__init__()
         self.scripts = scripts
         self.ownership = ownership
         self.scanner = scanner
@@ -41,14 +42,9 @@ class Mover:
         self.dispatch_queue = dispatch_queue
         self.batch = batch
         self.moved_total = 0
-        self._stopping = asyncio.Event()
 
-    def stop(self) -> None:
-        self._stopping.set()
-
-    async def run(self) -> None:
-        self._stopping.clear()
-        while (slots := await batch_or_stop(self.inbox, self._stopping)) is not None:
+    async def body(self) -> None:
+        while (slots := await self.next_batch(self.inbox)) is not None:
             await self.move(slots)
 
     async def move(self, slots: list[int]) -> None:
@@ -63,7 +59,7 @@ class Mover:
             log.warning("move of %d slot(s) failed: %s", len(slots), exc)
             for slot in slots:
                 self.scanner.move_failed(slot, RETRY_AFTER_ERROR_MS)
-            await asyncio.sleep(RETRY_AFTER_ERROR_MS / 1000)
+            await self.sleep(RETRY_AFTER_ERROR_MS / 1000)
             return
         if any(result is not None and result.moved for result in results):
             failpoints.hit("after-move")

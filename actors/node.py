@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -23,6 +24,7 @@ from aiokafka import AIOKafkaProducer
 from actors.dispatcher import Dispatcher
 from actors.membership import Membership
 from actors.mover import Mover
+from actors.ownership import HeldSlots
 from actors.preflight import check_redis
 from actors.queues import SlotQueue
 from actors.reaper import RetryReaper
@@ -59,6 +61,7 @@ class NodeParts:
 
     redis: RedisClient
     producer: AIOKafkaProducer
+    held: HeldSlots
     membership: Membership
     scanner: SlotScanner
     mover: Mover
@@ -75,60 +78,62 @@ class Node:
         self.keys = KeySpace(settings.key_prefix)
         self.mysql = MySQLStore(settings, settings.node_id)
         self.parts: NodeParts | None = None
-        self._stopped = False
+        self._resources: contextlib.AsyncExitStack | None = None
 
     async def start(self) -> None:
+        """Connect, check the stores, join the cluster and start the actors. Whatever
+        was opened is closed again if a step fails; stop() closes it all in reverse."""
         s = self.settings
-        await self.mysql.open()
-        redis = await open_redis(s.redis_url)
-        try:
+        async with contextlib.AsyncExitStack() as resources:
+            await self.mysql.open()
+            resources.push_async_callback(self.mysql.close)
+            redis = await open_redis(s.redis_url)
+            resources.push_async_callback(redis.aclose)
             for warning in await check_redis(redis):
                 log.warning("%s", warning)
-        except BaseException:
-            await redis.aclose()
-            await self.mysql.close()
-            raise
-        scripts = Scripts(redis, self.keys)
-        producer = make_producer(s)
-        membership = Membership(s, scripts)
-        try:
+            scripts = Scripts(redis, self.keys)
+            producer = make_producer(s)
+            resources.push_async_callback(producer.stop)
             await producer.start()
-            await membership.join()  # ClusterConfigError if the slot count disagrees
-        except BaseException:
-            await producer.stop()
-            await redis.aclose()
-            await self.mysql.close()
-            raise
+            parts = self._assemble(redis, scripts, producer)
+            await parts.membership.join()  # ClusterConfigError if the slot count disagrees
+            resources.push_async_callback(parts.membership.leave)
+            parts.supervisor.start()
+            resources.push_async_callback(parts.supervisor.stop)
+            self.parts = parts
+            self._resources = resources.pop_all()
+        log.info("node %s started: %d slots, kafka %s", s.node_id, s.slots, s.kafka_bootstrap)
+
+    def _assemble(
+        self, redis: RedisClient, scripts: Scripts, producer: AIOKafkaProducer
+    ) -> NodeParts:
+        """The actors and the queues between them, wired through their constructors."""
+        s = self.settings
+        held = HeldSlots()
         mover_queue, dispatch_queue = SlotQueue(s.queue_size), SlotQueue(s.queue_size)
-        scanner = SlotScanner(membership, mover_queue, s.safety_wake_ms, s.clock_offset_ms)
-        mover = Mover(scripts, membership, scanner, mover_queue, dispatch_queue, s.move_batch)
-        dispatcher = Dispatcher(s, scripts, producer, membership, scanner, dispatch_queue)
-        reaper = RetryReaper(s, scripts, membership, scanner)
-        recorder = Recorder(
-            scripts, self.mysql, membership, s.record_batch, s.record_interval_ms,
-            s.marker_retention_ms,
-        )
-        listener = WakeListener(s.redis_url, self.keys.wake_channel, membership, scanner)
         reconcile_queue = SlotQueue(s.queue_size)
-        reconciler = Reconciler(s, self.mysql, scripts, membership, reconcile_queue)
+        scanner = SlotScanner(held, mover_queue, s.safety_wake_ms, s.clock_offset_ms)
+        mover = Mover(scripts, held, scanner, mover_queue, dispatch_queue, s.move_batch)
+        dispatcher = Dispatcher(s, scripts, producer, held, scanner, dispatch_queue)
+        reaper = RetryReaper(s, scripts, held, scanner)
+        recorder = Recorder(scripts, self.mysql, held, s.record_batch, s.record_interval_ms,
+                            s.marker_retention_ms)
+        listener = WakeListener(s.redis_url, self.keys.wake_channel, held, scanner)
+        reconciler = Reconciler(s, self.mysql, scripts, held, reconcile_queue)
 
         def acquired(slot: int) -> None:
             scanner.wake(slot, 0)
             reconcile_queue.put_nowait(slot)
 
-        membership.on_acquired = acquired
-        membership.quiesce = dispatcher.wait_idle
+        membership = Membership(s, scripts, held, on_acquired=acquired,
+                                quiesce=dispatcher.wait_idle)
         # Stop order: sources of work first, finishers last; membership releases the
         # slots once everything else is done with them.
         supervisor = Supervisor(
             [listener, reconciler, scanner, mover, dispatcher, reaper, recorder, membership]
         )
-        self.parts = NodeParts(
-            redis, producer, membership, scanner, mover, dispatcher, reaper, recorder,
-            reconciler, supervisor,
-        )
-        supervisor.start()
-        log.info("node %s started: %d slots, kafka %s", s.node_id, s.slots, s.kafka_bootstrap)
+        return NodeParts(redis, producer, held, membership, scanner, mover, dispatcher,
+                         reaper, recorder, reconciler, supervisor)
 
     async def wait(self) -> None:
         """Until the actors stop (after stop()) or the supervisor gives up."""
@@ -136,19 +141,12 @@ class Node:
             await self.parts.supervisor.wait()
 
     async def stop(self) -> None:
-        """Stop actors in order, flush the producer, close connections. Idempotent."""
-        if self._stopped or self.parts is None:
+        """Stop actors in order, leave the cluster, flush the producer, close
+        connections. Idempotent."""
+        resources, self._resources = self._resources, None
+        if resources is None:
             return
-        self._stopped = True
-        parts = self.parts
-        try:
-            await parts.supervisor.stop()
-        finally:
-            try:
-                await parts.producer.stop()
-            finally:
-                await parts.redis.aclose()
-                await self.mysql.close()
+        await resources.aclose()
         log.info("node %s stopped", self.settings.node_id)
 
     def stats(self) -> dict[str, int]:
@@ -162,7 +160,7 @@ class Node:
             "retried": p.reaper.retried_total,
             "dead": p.reaper.dead_total,
             "recorded": p.recorder.recorded_total,
-            "slots_owned": len(p.membership.owned()),
+            "slots_owned": len(p.held.owned()),
             "readded": p.reconciler.readded_total,
             "loaded": p.reconciler.loaded_total,
         }

@@ -1,13 +1,14 @@
 """Which slots this node may work on, and with which epoch (fencing token).
 
 Actors ask `owns()`/`owned()` before each step, pass `epoch(slot)` to every script that
-acts as the slot's owner, and call `lost()` when a script answers FENCED. ZooKeeper
-membership (actors/membership.py) is the implementation nodes use; StaticOwnership
-(every slot, epoch 0) serves tests of single actors.
+acts as the slot's owner, and call `lost()` when a script answers FENCED. A node's
+actors share one HeldSlots, which ZooKeeper membership (actors/membership.py) fills and
+empties; StaticOwnership (every slot, epoch 0) serves tests of single actors.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Protocol
 
@@ -48,3 +49,42 @@ class StaticOwnership:
     def lost(self, slot: int, epoch: int) -> None:
         log.error("slot %d is fenced at epoch %d, but static ownership cannot give it up",
                   slot, epoch)
+
+
+class HeldSlots:
+    """The slots a node works on, with their epochs: what its actors read, what its
+    membership writes. `changed` is set whenever a slot is lost or dropped, so the
+    membership loop reacts at once."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, int] = {}
+        self.changed = asyncio.Event()
+
+    def owned(self) -> frozenset[int]:
+        return frozenset(self._held)
+
+    def owns(self, slot: int) -> bool:
+        return slot in self._held
+
+    def epoch(self, slot: int) -> int:
+        return self._held[slot]
+
+    def lost(self, slot: int, epoch: int) -> None:
+        if self._held.get(slot) == epoch:
+            del self._held[slot]
+            log.warning("slot %d: epoch %d is fenced, another node owns it now", slot, epoch)
+            self.changed.set()
+
+    def hold(self, slot: int, epoch: int) -> None:
+        self._held[slot] = epoch
+
+    def release(self, slot: int) -> bool:
+        """Stop working on a slot; True if it was held."""
+        return self._held.pop(slot, None) is not None
+
+    def drop_all(self, reason: str) -> None:
+        """Stop working on every slot now."""
+        if self._held:
+            log.warning("dropping all %d slot(s): %s", len(self._held), reason)
+            self._held.clear()
+        self.changed.set()

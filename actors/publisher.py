@@ -111,6 +111,10 @@ class Publisher:
             try:
                 partitions = sorted(await self.producer.partitions_for(topic))
                 await self._send_topic(topic, partitions, fires, indexes, inner)
+            except asyncio.CancelledError:  # close(): nobody waits for these any more
+                for proxy in proxies:
+                    proxy.cancel()
+                raise
             except Exception as exc:  # unknown topic, broker unreachable
                 for proxy in proxies:
                     proxy.set_exception(exc)
@@ -121,6 +125,15 @@ class Publisher:
         task = loop.create_task(send(), name=f"publish-to-new-topic-{topic}")
         self._lookups.add(task)
         task.add_done_callback(self._lookups.discard)
+
+    async def close(self) -> None:
+        """Cancel the sends still waiting for a topic's metadata and wait until they
+        have ended. Their records' futures fail, so their jobs are retried; called once
+        the rounds that awaited them are over."""
+        lookups = list(self._lookups)
+        for task in lookups:
+            task.cancel()
+        await asyncio.gather(*lookups, return_exceptions=True)
 
     async def _send_batches(
         self, topic: str, partition: int, fires: Sequence[Fire], indexes: list[int],

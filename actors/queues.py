@@ -1,23 +1,8 @@
-"""What every actor is, and the bounded slot queue actors pass work through."""
+"""The bounded slot queue actors pass work through."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
-
-
-class Actor(Protocol):
-    """A long-running part of a node, owned and restarted by the supervisor.
-
-    run() works until stop() is called, then returns; an exception from run() is a crash
-    and the supervisor restarts the actor. stop() asks politely and returns at once.
-    """
-
-    name: str
-
-    async def run(self) -> None: ...
-
-    def stop(self) -> None: ...
 
 
 class SlotQueue:

@@ -4,9 +4,9 @@ their max attempts."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
+from actors.lifecycle import Actor, Tick
 from actors.ownership import Ownership
 from actors.scanner import SlotScanner
 from cluster.config import Settings
@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 REAP_LIMIT = 1000
 
 
-class RetryReaper:
+class RetryReaper(Actor):
     name = "retry-reaper"
 
     def __init__(
@@ -27,27 +27,19 @@ class RetryReaper:
         ownership: Ownership,
         scanner: SlotScanner,
     ) -> None:
+        super().__init__()
         self.settings = settings
         self.scripts = scripts
         self.ownership = ownership
         self.scanner = scanner
         self.retried_total = 0
         self.dead_total = 0
-        self._stopping = asyncio.Event()
 
-    def stop(self) -> None:
-        self._stopping.set()
+    def timers(self) -> list[tuple[float, Tick]]:
+        return [(self.settings.reap_interval_ms / 1000, self.reap_owned)]
 
-    async def run(self) -> None:
-        self._stopping.clear()
-        while not self._stopping.is_set():
-            await self.reap(self._held())
-            try:
-                await asyncio.wait_for(
-                    self._stopping.wait(), self.settings.reap_interval_ms / 1000
-                )
-            except TimeoutError:
-                pass
+    async def reap_owned(self) -> None:
+        await self.reap(self._held())
 
     def _held(self) -> list[tuple[int, int]]:
         held = []

@@ -27,7 +27,6 @@ slot every reconcile_interval_ms, and on demand (`delayq recover`).
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 import time
@@ -35,10 +34,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from actors.lifecycle import Actor, Tick
 from actors.ownership import Ownership
-from actors.queues import SlotQueue, batch_or_stop
+from actors.queues import SlotQueue
 from cluster.config import Settings
-from cluster.contract import JobStatus
+from cluster.contract import AddCode, JobStatus
 from cluster.mysql_store import MySQLStore, ms_to_datetime
 from cluster.scripts import NewJob, Scripts
 
@@ -86,8 +86,8 @@ async def reconcile(
                 if time.monotonic() - started > budget_s:
                     continue  # too slow to be safe against markers expiring: read it again
                 for _, statuses in (await scripts.add_many(by_slot)).values():
-                    result.readded += statuses.count(1)
-                    result.refused += statuses.count(-1)
+                    result.readded += statuses.count(AddCode.ADDED)
+                    result.refused += statuses.count(AddCode.REFUSED)
                 result.examined += len(rows)
                 last = rows[-1]
                 cursor = (dt.datetime.fromtimestamp(last.due_ms / 1000, dt.UTC)
@@ -95,13 +95,14 @@ async def reconcile(
     return result
 
 
-class Reconciler:
+class Reconciler(Actor):
     name = "reconciler"
 
     def __init__(
         self, settings: Settings, mysql: MySQLStore, scripts: Scripts, ownership: Ownership,
         inbox: SlotQueue,
     ) -> None:
+        super().__init__()
         self.settings = settings
         self.mysql = mysql
         self.scripts = scripts
@@ -111,54 +112,47 @@ class Reconciler:
         self.loaded_total = 0
         # Slot → every pending row due before this (ms) has been added to Redis.
         self._loaded_until: dict[int, int] = {}
-        self._stopping = asyncio.Event()
 
-    def stop(self) -> None:
-        self._stopping.set()
+    def timers(self) -> list[tuple[float, Tick]]:
+        s = self.settings
+        return [(s.reconcile_interval_ms / 1000, self._sweep),
+                (s.redis_horizon_ms / 4000, self._load_ahead_tick)]
 
-    async def run(self) -> None:
-        self._stopping.clear()
-        timers = [asyncio.create_task(self._sweep()), asyncio.create_task(self._load_ahead())]
-        try:
-            while (slots := await batch_or_stop(self.inbox, self._stopping)) is not None:
-                owned = [slot for slot in slots if self.ownership.owns(slot)]
-                until = load_bound_ms(self.settings)
-                try:
-                    result = await reconcile(self.settings, self.mysql, self.scripts, owned,
-                                             until_ms=until)
-                except Exception as exc:
-                    log.warning("reconciling %d slot(s) failed, will retry: %s",
-                                len(owned), exc)
-                    await asyncio.sleep(1)
-                    for slot in owned:
-                        await self.inbox.put(slot)
-                    continue
+    async def body(self) -> None:
+        """Full passes over the slots that come through the inbox (taken slots, the
+        periodic sweep, `delayq recover`)."""
+        while (slots := await self.next_batch(self.inbox)) is not None:
+            owned = [slot for slot in slots if self.ownership.owns(slot)]
+            until = load_bound_ms(self.settings)
+            try:
+                result = await reconcile(self.settings, self.mysql, self.scripts, owned,
+                                         until_ms=until)
+            except Exception as exc:
+                log.warning("reconciling %d slot(s) failed, will retry: %s", len(owned), exc)
+                await self.sleep(1)
                 for slot in owned:
-                    self._loaded_until[slot] = max(self._loaded_until.get(slot, 0), until)
-                self.readded_total += result.readded
-                if result.readded:
-                    # Jobs that came within the horizon since the slot's last owner
-                    # loaded it, or that Redis lost.
-                    log.info("added %d job(s) from MySQL to %d slot(s) (%d examined)",
-                             result.readded, len(owned), result.examined)
-        finally:
-            for timer in timers:
-                timer.cancel()
+                    await self.inbox.put(slot)
+                continue
+            for slot in owned:
+                self._loaded_until[slot] = max(self._loaded_until.get(slot, 0), until)
+            self.readded_total += result.readded
+            if result.readded:
+                # Jobs that came within the horizon since the slot's last owner loaded
+                # it, or that Redis lost.
+                log.info("added %d job(s) from MySQL to %d slot(s) (%d examined)",
+                         result.readded, len(owned), result.examined)
 
     async def _sweep(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.reconcile_interval_ms / 1000)
-            for slot in sorted(self.ownership.owned()):
-                await self.inbox.put(slot)
+        """Every reconcile_interval_ms, a full pass over every owned slot."""
+        for slot in sorted(self.ownership.owned()):
+            await self.inbox.put(slot)
 
-    async def _load_ahead(self) -> None:
+    async def _load_ahead_tick(self) -> None:
         """Every horizon/4, load the jobs that came within horizon/2 of their due time."""
-        while True:
-            await asyncio.sleep(self.settings.redis_horizon_ms / 4000)
-            try:
-                await self.load_ahead()
-            except Exception as exc:  # MySQL or Redis down: the next tick tries again
-                log.warning("loading jobs nearing their due time failed: %s", exc)
+        try:
+            await self.load_ahead()
+        except Exception as exc:  # MySQL or Redis down: the next tick tries again
+            log.warning("loading jobs nearing their due time failed: %s", exc)
 
     async def load_ahead(self) -> int:
         """One loading pass over the owned slots; returns how many jobs it added."""

@@ -8,9 +8,9 @@ trims them. Writing an entry twice (after a crash) is harmless.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
+from actors.lifecycle import Actor
 from actors.ownership import Ownership
 from cluster.contract import JobStatus
 from cluster.mysql_store import MySQLStore, Outcome
@@ -38,7 +38,7 @@ def parse_entry(entry: bytes, slot: int) -> Outcome:
     )
 
 
-class Recorder:
+class Recorder(Actor):
     name = "recorder"
 
     def __init__(
@@ -50,6 +50,7 @@ class Recorder:
         interval_ms: int,
         marker_retention_ms: int,
     ) -> None:
+        super().__init__()
         self.scripts = scripts
         self.mysql = mysql
         self.ownership = ownership
@@ -57,20 +58,12 @@ class Recorder:
         self.interval_ms = interval_ms
         self.marker_retention_ms = marker_retention_ms
         self.recorded_total = 0
-        self._stopping = asyncio.Event()
 
-    def stop(self) -> None:
-        self._stopping.set()
-
-    async def run(self) -> None:
-        self._stopping.clear()
-        while not self._stopping.is_set():
+    async def body(self) -> None:
+        while not self.stopping:
             if not await self.record():
-                await asyncio.sleep(RETRY_AFTER_ERROR_S)
-            try:
-                await asyncio.wait_for(self._stopping.wait(), self.interval_ms / 1000)
-            except TimeoutError:
-                pass
+                await self.sleep(RETRY_AFTER_ERROR_S)
+            await self.sleep(self.interval_ms / 1000)
         # Last pass on the way out, so a clean stop leaves MySQL up to date.
         await self.record()
 

@@ -19,6 +19,7 @@ import heapq
 import logging
 import time
 
+from actors.lifecycle import Actor
 from actors.ownership import Ownership
 from actors.queues import SlotQueue
 
@@ -27,13 +28,14 @@ log = logging.getLogger(__name__)
 NEVER = 2**62
 
 
-class SlotScanner:
+class SlotScanner(Actor):
     name = "slot-scanner"
 
     def __init__(
         self, ownership: Ownership, mover_queue: SlotQueue, safety_wake_ms: int,
         clock_offset_ms: int = 0,
     ) -> None:
+        super().__init__()
         self.ownership = ownership
         self.mover_queue = mover_queue
         self.safety_wake_ms = safety_wake_ms
@@ -42,7 +44,6 @@ class SlotScanner:
         self._moving: dict[int, int] = {}
         self._heap: list[tuple[int, int]] = []
         self._notified = asyncio.Event()
-        self._stopping = False
         self._clock_offset_ms = clock_offset_ms  # a skewed node clock, for fault tests
         self._offset_ms = 0.0  # Redis clock minus local clock
         self._next_safety = 0.0  # time.monotonic() of the next safety wake
@@ -84,12 +85,11 @@ class SlotScanner:
     # ----- the loop -------------------------------------------------------------------
 
     def stop(self) -> None:
-        self._stopping = True
+        super().stop()
         self._notified.set()
 
-    async def run(self) -> None:
-        self._stopping = False
-        while not self._stopping:
+    async def body(self) -> None:
+        while not self.stopping:
             if time.monotonic() >= self._next_safety:
                 # On the monotonic clock: right even before the offset to Redis is known.
                 self._next_safety = time.monotonic() + self.safety_wake_ms / 1000
@@ -105,12 +105,13 @@ class SlotScanner:
             if wait_s > 0:
                 self._notified.clear()
                 try:
-                    await asyncio.wait_for(self._notified.wait(), wait_s)
+                    async with asyncio.timeout(wait_s):
+                        await self._notified.wait()
                 except TimeoutError:
                     pass
 
     async def _send_due(self, now: float) -> None:
-        while self._heap and self._heap[0][0] <= now and not self._stopping:
+        while self._heap and self._heap[0][0] <= now and not self.stopping:
             due, slot = heapq.heappop(self._heap)
             if self._next_due.get(slot) != due:
                 continue  # superseded by a later notification

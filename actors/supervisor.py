@@ -13,10 +13,22 @@ import logging
 import time
 from collections import deque
 from collections.abc import Sequence
-
-from actors.queues import Actor
+from typing import Protocol
 
 log = logging.getLogger(__name__)
+
+
+class Supervised(Protocol):
+    """What the supervisor runs (actors/lifecycle.py's Actor is one): run() works until
+    stop() is called, then returns; an exception from run() is a crash, and the
+    supervisor restarts it. stop() asks politely and returns at once."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def run(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class SupervisorGaveUp(RuntimeError):
@@ -28,7 +40,7 @@ class Supervisor:
 
     def __init__(
         self,
-        actors: Sequence[Actor],
+        actors: Sequence[Supervised],
         *,
         max_restarts: int = 10,
         window_s: float = 60.0,
@@ -78,7 +90,7 @@ class Supervisor:
             except Exception:  # its crash was logged by _keep_running
                 pass
 
-    async def _keep_running(self, actor: Actor) -> None:
+    async def _keep_running(self, actor: Supervised) -> None:
         crashes: deque[float] = deque()
         while True:
             try:

@@ -6,9 +6,9 @@ producer anywhere wakes the owning node at once instead of at its next safety wa
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
+from actors.lifecycle import Actor
 from actors.ownership import Ownership
 from actors.scanner import SlotScanner
 from cluster.redis_conn import connect_subscriber
@@ -16,23 +16,19 @@ from cluster.redis_conn import connect_subscriber
 log = logging.getLogger(__name__)
 
 
-class WakeListener:
+class WakeListener(Actor):
     name = "wake-listener"
 
     def __init__(
         self, redis_url: str, channel: str, ownership: Ownership, scanner: SlotScanner
     ) -> None:
+        super().__init__()
         self.redis_url = redis_url
         self.channel = channel
         self.ownership = ownership
         self.scanner = scanner
-        self._stopping = asyncio.Event()
 
-    def stop(self) -> None:
-        self._stopping.set()
-
-    async def run(self) -> None:
-        self._stopping.clear()
+    async def body(self) -> None:
         redis = connect_subscriber(self.redis_url)
         pubsub = redis.pubsub()
         try:
@@ -40,7 +36,7 @@ class WakeListener:
             # Anything published before the subscription is caught by a full rescan.
             for slot in self.ownership.owned():
                 self.scanner.wake(slot, 0)
-            while not self._stopping.is_set():
+            while not self.stopping:
                 message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
                 if message is not None:
                     self._on_message(message["data"])

@@ -1,0 +1,135 @@
+"""One lifecycle for every actor: run until stopped, sleep unless stopped, and timers and
+child tasks that belong to the actor.
+
+    class Reaper(Actor):
+        name = "retry-reaper"
+
+        def timers(self):
+            return [(1.0, self.reap_owned)]      # every second until stopped
+
+        async def body(self):
+            ...                                  # or a loop over a queue
+
+The supervisor (actors/supervisor.py) calls run() and stop(). run() runs body() and
+every timer in one asyncio.TaskGroup, together with the tasks the actor starts with
+spawn(): timers end with the body, spawned tasks are awaited, nothing the actor starts
+outlives it, and when any of them crashes the others
+are cancelled and run() raises that crash, so the supervisor restarts the whole actor.
+No task of an actor can fail without a word.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, ClassVar
+
+from actors.queues import SlotQueue, batch_or_stop
+
+log = logging.getLogger(__name__)
+
+Tick = Callable[[], Awaitable[None]]
+
+
+class Actor:
+    """A long-running part of a node, owned and restarted by the supervisor."""
+
+    name: ClassVar[str] = "actor"
+
+    def __init__(self) -> None:
+        self._stopping = asyncio.Event()
+        self._children: asyncio.TaskGroup | None = None
+
+    # ----- what subclasses write -----------------------------------------------------
+
+    async def body(self) -> None:
+        """The actor's main loop; returns once `stopping` (the default waits for it, for
+        actors that are only timers)."""
+        await self._stopping.wait()
+
+    def timers(self) -> Sequence[tuple[float, Tick]]:
+        """(interval in seconds, coroutine function) pairs, each run every interval
+        until the actor stops; the first run is one interval after the start. A tick
+        still running when body() returns is cancelled."""
+        return ()
+
+    # ----- what the supervisor calls -------------------------------------------------
+
+    async def run(self) -> None:
+        """body(), the timers and the spawned tasks, until stop(); raises the first crash
+        of any of them (after cancelling the rest)."""
+        self._stopping.clear()
+        try:
+            async with asyncio.TaskGroup() as children:
+                self._children = children
+                timers = [
+                    children.create_task(self._every(interval_s, tick),
+                                         name=f"{self.name}:{_name_of(tick)}")
+                    for interval_s, tick in self.timers()
+                ]
+                try:
+                    await self.body()
+                finally:
+                    # Periodic work ends with the body, even mid-tick (a tick may be
+                    # waiting for room in a queue nobody reads any more); spawned
+                    # tasks are awaited by the group.
+                    self.stop()
+                    for timer in timers:
+                        timer.cancel()
+        except BaseExceptionGroup as group:
+            raise _first_crash(group) from None
+        finally:
+            self._children = None
+
+    def stop(self) -> None:
+        """Ask the actor to stop; returns at once (run() returns when it has)."""
+        self._stopping.set()
+
+    # ----- what subclasses use -------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    async def sleep(self, seconds: float) -> bool:
+        """Sleep for `seconds` unless stopped first; True while the actor goes on."""
+        if seconds > 0 and not self._stopping.is_set():
+            try:
+                async with asyncio.timeout(seconds):
+                    await self._stopping.wait()
+            except TimeoutError:
+                pass
+        return not self._stopping.is_set()
+
+    async def next_batch(self, queue: SlotQueue) -> list[int] | None:
+        """Every slot waiting in queue (waiting for the first), or None once stopping."""
+        return await batch_or_stop(queue, self._stopping)
+
+    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run `work` as a child task: awaited before run() returns, and a crash of it
+        is a crash of the actor. Only while the actor runs."""
+        if self._children is None:
+            work.close()
+            raise RuntimeError(f"{self.name} is not running")
+        return self._children.create_task(work, name=f"{self.name}:{name}")
+
+    async def _every(self, interval_s: float, tick: Tick) -> None:
+        while await self.sleep(interval_s):
+            await tick()
+
+
+def _name_of(tick: Tick) -> str:
+    return getattr(tick, "__name__", "timer")
+
+
+def _first_crash(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The crash to report for a group of child failures: the only one, or the first
+    (the rest are logged)."""
+    crashes = list(group.exceptions)
+    for other in crashes[1:]:
+        log.error("also crashed: %r", other)
+    first = crashes[0]
+    if isinstance(first, BaseExceptionGroup):
+        return _first_crash(first)
+    return first

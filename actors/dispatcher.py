@@ -27,6 +27,7 @@ from actors.publisher import Publisher
 from actors.queues import SlotQueue
 from actors.scanner import SlotScanner
 from cluster.config import Settings
+from cluster.contract import NO_TIME
 from cluster.envelope import Fire, fire_of
 from cluster.scripts import Fenced, Scripts
 
@@ -226,7 +227,7 @@ class Dispatcher(Actor):
                 self.ownership.lost(slot, epoch)  # the new owner's reaper retries them
                 return
             self.failed_total += len(job_ids)
-            if result.earliest_due_ms >= 0:
+            if result.earliest_due_ms != NO_TIME:
                 self.scanner.wake(slot, result.earliest_due_ms)
 
 

@@ -10,6 +10,7 @@ from actors.lifecycle import Actor, Tick
 from actors.ownership import Ownership
 from actors.scanner import SlotScanner
 from cluster.config import Settings
+from cluster.contract import NO_TIME
 from cluster.scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class RetryReaper(Actor):
                              slot, result.retried + result.dead, result.retried, result.dead)
                     self.retried_total += result.retried
                     self.dead_total += result.dead
-                if result.earliest_due_ms >= 0:
+                if result.earliest_due_ms != NO_TIME:
                     self.scanner.wake(slot, result.earliest_due_ms)
                 if result.more:
                     more.append((slot, epoch))

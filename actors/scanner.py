@@ -22,6 +22,7 @@ import time
 from actors.lifecycle import Actor
 from actors.ownership import Ownership
 from actors.queues import SlotQueue
+from cluster.contract import NO_TIME
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class SlotScanner(Actor):
     def report(self, slot: int, next_due_ms: int, redis_now_ms: int) -> None:
         """The mover's word after a move: the slot's next due time is now exactly this."""
         self._offset_ms = redis_now_ms - self._local_ms()
-        due = NEVER if next_due_ms < 0 else next_due_ms
+        due = NEVER if next_due_ms == NO_TIME else next_due_ms
         # A wake that arrived while the move was running may be earlier.
         due = min(due, self._moving.pop(slot, NEVER))
         self._next_due[slot] = due

@@ -16,7 +16,7 @@ from actors.queues import SlotQueue
 from actors.recorder import parse_entry
 from actors.scanner import SlotScanner
 from cluster.config import ConfigError, Settings
-from cluster.contract import JobStatus
+from cluster.contract import NO_TIME, JobStatus
 from cluster.envelope import fire_of, make_tail, murmur2, partition_of, record_of
 from cluster.keys import KeySpace, shard_of, slot_of
 
@@ -150,7 +150,7 @@ async def test_scanner_sends_a_slot_when_due_and_keeps_earlier_wakes() -> None:
     assert first == [0, 1, 2, 3]
     now = int(scanner.redis_now_ms())
     scanner.report(0, now + 3_600_000, now)  # far away
-    scanner.report(1, -1, now)  # empty
+    scanner.report(1, NO_TIME, now)  # empty
     scanner.report(2, now + 3_600_000, now)
     scanner.report(3, now + 3_600_000, now)
     scanner.wake(2, now + 30)  # an earlier job arrived in slot 2

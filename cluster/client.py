@@ -1,4 +1,5 @@
-"""The producer API: schedule, schedule_many, cancel, reschedule, get.
+"""The producer API: schedule, schedule_many, cancel, reschedule, get, and the dead
+letters (dead_letters, dead_job, replay_dead, purge_dead: cluster/dead_letters.py).
 
     from cluster.client import DelayClient
 
@@ -16,22 +17,20 @@ import datetime as dt
 import os
 import socket
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 import pymysql
 
 from cluster.config import Settings
-from cluster.contract import JobStatus
-from cluster.envelope import record_of
+from cluster.contract import WAITING_STATUSES, AddCode, ChangeCode, JobStatus
+from cluster.dead_letters import DeadJob, DeadLetters
 from cluster.jobs import (
     InvalidJob,
     Job,
     ValidJob,
     check_job_id,
-    check_topic,
     due_ms_of,
     now_ms,
     validate,
@@ -62,22 +61,9 @@ class OutcomeUnknown(RuntimeError):
         self.job_ids = job_ids
 
 
-PENDING_STATUSES = (int(JobStatus.PENDING), int(JobStatus.FIRING))
+# As plain ints: PyMySQL would quote an IntEnum parameter as a string.
+_WAITING_PARAMS = tuple(int(status) for status in WAITING_STATUSES)
 MAX_BATCH = 100_000
-DEAD_PAGE = 500
-
-
-@dataclass(frozen=True)
-class DeadJob:
-    """A job in the dead-letter set: it used up its attempts without being published."""
-
-    job_id: str
-    slot: int
-    topic: str
-    died_ms: int
-    attempts: int | None  # from MySQL, once recorded
-    last_error: str | None  # from MySQL, once recorded
-    record: dict[str, Any]  # the record it would have fired (without fired_ms, attempt)
 
 
 class DelayClient:
@@ -89,6 +75,7 @@ class DelayClient:
         self.mysql = MySQLStore(settings, f"client:{socket.gethostname()}-{os.getpid()}")
         self._redis: RedisClient | None = None
         self._scripts: Scripts | None = None
+        self._dead: DeadLetters | None = None
 
     @classmethod
     def from_env(cls, **overrides: Any) -> DelayClient:
@@ -101,12 +88,13 @@ class DelayClient:
         await self.mysql.open()
         self._redis = await open_redis(self.settings.redis_url)
         self._scripts = Scripts(self._redis, self.keys)
+        self._dead = DeadLetters(self.settings, self._scripts, self.mysql)
 
     async def close(self) -> None:
         try:
             await self.mysql.close()
         finally:
-            redis, self._redis, self._scripts = self._redis, None, None
+            redis, self._redis, self._scripts, self._dead = self._redis, None, None, None
             if redis is not None:
                 await redis.aclose()
 
@@ -222,7 +210,7 @@ class DelayClient:
                 if job.due_ms < horizon_end:
                     by_slot[slot].append(
                         NewJob(job.job_id, job.due_ms, job.max_attempts, job.tail))
-            elif row.status in PENDING_STATUSES and row.due_ms < horizon_end:
+            elif row.status in WAITING_STATUSES and row.due_ms < horizon_end:
                 by_slot[slot].append(NewJob.from_record(row))
         if by_slot:
             await self.scripts.add_many(by_slot)
@@ -235,13 +223,13 @@ class DelayClient:
         job_id = check_job_id(job_id)
         slot = slot_of(job_id, self.settings.slots)
         removed = await self.scripts.cancel(slot, job_id, self.settings.marker_retention_ms)
-        if removed not in (0, 1):
+        if removed not in (ChangeCode.CHANGED, ChangeCode.ABSENT):
             return False  # in flight, dead or fired
         # A tombstone now refuses a late add of it (e.g. a schedule still on its way).
         changed = await self.mysql.set_status(
-            job_id, JobStatus.CANCELLED, slot, from_statuses=PENDING_STATUSES
+            job_id, JobStatus.CANCELLED, slot, from_statuses=_WAITING_PARAMS
         )
-        if changed or removed == 1:
+        if changed or removed == ChangeCode.CHANGED:
             return True
         record = await self.mysql.get(job_id)
         return record is not None and record.status == JobStatus.CANCELLED
@@ -255,27 +243,27 @@ class DelayClient:
         job_id = check_job_id(job_id)
         due_ms = due_ms_of(delay, at, self.settings)
         slot = slot_of(job_id, self.settings.slots)
-        status, _ = await self.scripts.reschedule(slot, job_id, due_ms)
-        if status == 1:
+        code, _ = await self.scripts.reschedule(slot, job_id, due_ms)
+        if code == ChangeCode.CHANGED:
             await self.mysql.set_due(job_id, due_ms, slot)
             return True
-        if status != 0:
-            return False
+        if code != ChangeCode.ABSENT:
+            return False  # in flight, dead or fired
         # Not in Redis: its add may still be on the way, or Redis lost it. If MySQL says
         # it is pending, record the new time and (re)add it; a concurrent add then
         # finds it present and changes nothing.
         if not await self.mysql.set_due(job_id, due_ms, slot):
             return False
         row = await self.mysql.get(job_id)
-        if row is None or row.status not in PENDING_STATUSES:
+        if row is None or row.status not in WAITING_STATUSES:
             return False
         if due_ms >= now_ms() + self.settings.redis_horizon_ms:
             return True  # beyond the horizon: the owning node loads it in time
-        _, statuses = await self.scripts.add(slot, [NewJob.from_record(row)])
-        if statuses[0] == 0:
-            status, _ = await self.scripts.reschedule(slot, job_id, due_ms)
-            return status == 1
-        return statuses[0] == 1
+        _, [added] = await self.scripts.add(slot, [NewJob.from_record(row)])
+        if added == AddCode.PRESENT:  # added meanwhile, perhaps with the old time
+            code, _ = await self.scripts.reschedule(slot, job_id, due_ms)
+            return code == ChangeCode.CHANGED
+        return added == AddCode.ADDED
 
     async def get(self, job_id: str) -> JobRecord | None:
         """The durable record of a job (status, due time, attempts), or None.
@@ -285,49 +273,21 @@ class DelayClient:
         """
         return await self.mysql.get(check_job_id(job_id))
 
-    # ----- dead letters --------------------------------------------------------------
+    # ----- dead letters (cluster/dead_letters.py) -------------------------------------
 
-    async def _dead(self, topic: str | None) -> AsyncIterator[tuple[int, list[DeadJob]]]:
-        """Dead jobs slot by slot, a page at a time, optionally of one topic."""
-        for slot in range(self.settings.slots):
-            start = 0
-            while page := await self.scripts.dead_page(slot, start, DEAD_PAGE):
-                start += len(page)
-                jobs = [
-                    DeadJob(job_id.decode(), slot, str(record["topic"]), died_ms, None, None,
-                            record)
-                    for job_id, died_ms, envelope in page if envelope is not None
-                    for record in (record_of(envelope),)
-                ]
-                yield slot, [job for job in jobs if topic is None or job.topic == topic]
+    @property
+    def _dead_letters(self) -> DeadLetters:
+        if self._dead is None:
+            raise RuntimeError("DelayClient is not open: use `async with` or await open()")
+        return self._dead
 
     async def dead_letters(self, *, topic: str | None = None, limit: int = 100) -> list[DeadJob]:
         """Dead jobs, oldest death first (per slot), with attempts and last error."""
-        found: list[DeadJob] = []
-        async for _, jobs in self._dead(topic):
-            found += jobs
-            if len(found) >= limit:
-                break
-        found = sorted(found, key=lambda job: job.died_ms)[:limit]
-        rows = await self.mysql.get_many([job.job_id for job in found])
-        return [
-            DeadJob(job.job_id, job.slot, job.topic, job.died_ms,
-                    rows[job.job_id].attempts if job.job_id in rows else None,
-                    rows[job.job_id].last_error if job.job_id in rows else None, job.record)
-            for job in found
-        ]
+        return await self._dead_letters.dead_letters(topic=topic, limit=limit)
 
     async def dead_job(self, job_id: str) -> DeadJob | None:
         """One job of the dead-letter set, or None if it is not there."""
-        slot = slot_of(check_job_id(job_id), self.settings.slots)
-        found = await self.scripts.dead_one(slot, job_id)
-        if found is None:
-            return None
-        died_ms, envelope = found
-        record = record_of(envelope)
-        row = await self.mysql.get(job_id)
-        return DeadJob(job_id, slot, str(record["topic"]), died_ms,
-                       row.attempts if row else None, row.last_error if row else None, record)
+        return await self._dead_letters.dead_job(job_id)
 
     async def replay_dead(
         self, job_ids: Sequence[str] | None = None, *, topic: str | None = None
@@ -337,64 +297,11 @@ class DelayClient:
 
         A named job that is dead in MySQL but no longer in the dead-letter set (it was
         purged, or Redis lost it) is replayed from its MySQL row."""
-        if job_ids is not None:
-            return await self._each_named(job_ids, self._replay_named)
-        return await self._each_listed(topic, self._replay)
+        return await self._dead_letters.replay_dead(job_ids, topic=topic)
 
     async def purge_dead(
         self, job_ids: Sequence[str] | None = None, *, topic: str | None = None
     ) -> int:
         """Forget dead jobs in Redis (MySQL keeps them as dead): those named, those of
         a topic, or (neither given) all. Returns how many were purged."""
-        if job_ids is not None:
-            return await self._each_named(job_ids, self._purge)
-        return await self._each_listed(topic, self._purge)
-
-    async def _each_named(
-        self, job_ids: Sequence[str], act: Callable[[int, list[str]], Awaitable[int]]
-    ) -> int:
-        """act(slot, ids) for the named jobs, by slot, at most DEAD_PAGE ids a call."""
-        if isinstance(job_ids, str) or not isinstance(job_ids, Sequence):
-            raise InvalidJob("job_ids must be a list of job ids")
-        by_slot: dict[int, list[str]] = defaultdict(list)
-        for job_id in job_ids:  # every id is checked before anything changes
-            by_slot[slot_of(check_job_id(job_id), self.settings.slots)].append(job_id)
-        done = 0
-        for slot, ids in by_slot.items():
-            for start in range(0, len(ids), DEAD_PAGE):
-                done += await act(slot, ids[start : start + DEAD_PAGE])
-        return done
-
-    async def _each_listed(
-        self, topic: str | None, act: Callable[[int, list[str]], Awaitable[int]]
-    ) -> int:
-        """act(slot, ids) for every page of the dead-letter sets (of one topic)."""
-        if topic is not None:
-            check_topic(topic)
-        pages: list[tuple[int, list[str]]] = []
-        async for slot, jobs in self._dead(topic):
-            pages.append((slot, [job.job_id for job in jobs]))
-        return sum([await act(slot, ids) for slot, ids in pages if ids])
-
-    async def _replay(self, slot: int, job_ids: list[str]) -> int:
-        # The script journals each replay, so the recorder sets the MySQL row back to
-        # pending in order, after the job's death, even if that is not recorded yet.
-        return sum(await self.scripts.dead_replay(slot, job_ids))
-
-    async def _replay_named(self, slot: int, job_ids: list[str]) -> int:
-        replayed = await self.scripts.dead_replay(slot, job_ids)
-        rest = [job_id for job_id, done in zip(job_ids, replayed, strict=True) if not done]
-        revived: list[NewJob] = []
-        for row in (await self.mysql.get_many(rest)).values() if rest else ():
-            # MySQL first, as for a new job: pending there before Redis can fire it.
-            if row.status == JobStatus.DEAD and await self.mysql.set_status(
-                row.job_id, JobStatus.PENDING, slot, from_statuses=(int(JobStatus.DEAD),),
-                note="replayed from MySQL (not in the dead-letter set)", reset_attempts=True,
-            ):
-                revived.append(NewJob.from_record(row))
-        if revived:
-            await self.scripts.add(slot, revived)
-        return sum(replayed) + len(revived)
-
-    async def _purge(self, slot: int, job_ids: list[str]) -> int:
-        return await self.scripts.dead_purge(slot, job_ids)
+        return await self._dead_letters.purge_dead(job_ids, topic=topic)

@@ -1,5 +1,5 @@
-"""The numbers Python, SQL and Lua share: job statuses, script result codes, and the
-delay-member format. Each is defined here once.
+"""The numbers Python, SQL and Lua share: job statuses, script result and error codes,
+and the delay-member format. Each is defined here once.
 
 The Lua scripts see the same names through lua/includes/contract.lua, which is
 generated from this module (`python -m cluster.contract > lua/includes/contract.lua`);
@@ -10,9 +10,11 @@ literals from JobStatus, and the schema's column comment is checked against it t
 from __future__ import annotations
 
 import sys
-from enum import IntEnum
+from enum import IntEnum, StrEnum, unique
+from typing import AnyStr
 
 
+@unique  # two names for one code would make the reply ambiguous
 class JobStatus(IntEnum):
     """A job's durable status: the `status` column of its MySQL row, and the status of a
     journal entry the scripts write for the recorder."""
@@ -28,6 +30,7 @@ class JobStatus(IntEnum):
 WAITING_STATUSES = (JobStatus.PENDING, JobStatus.FIRING)
 
 
+@unique
 class AddCode(IntEnum):
     """Per job, what lua/add.lua did."""
 
@@ -36,6 +39,7 @@ class AddCode(IntEnum):
     REFUSED = -1  # cancelled (its tombstone has not expired) or fired a moment ago
 
 
+@unique
 class ChangeCode(IntEnum):
     """What lua/cancel.lua and lua/reschedule.lua did to a job."""
 
@@ -46,6 +50,7 @@ class ChangeCode(IntEnum):
     FIRED = -4  # fired (its MySQL status may not be recorded yet)
 
 
+@unique
 class TakeCode(IntEnum):
     """What lua/take.lua did with a new ownership epoch."""
 
@@ -53,6 +58,7 @@ class TakeCode(IntEnum):
     STALE = 0  # the slot already carries a newer epoch
 
 
+@unique
 class ReplayCode(IntEnum):
     """Per job, what lua/dead_replay.lua did."""
 
@@ -63,33 +69,61 @@ class ReplayCode(IntEnum):
 # A due time the scripts report when there is none (an empty slot, nothing retried).
 NO_TIME = -1
 
-# The error reply of a script that refused a caller's stale ownership epoch
-# (lua/includes/fence.lua) starts with this word.
-FENCED = "FENCED"
+
+@unique
+class ErrorCode(StrEnum):
+    """The first word of a script's error reply: a refusal, not a bug. cluster/scripts.py
+    turns each into its Python exception (script_error)."""
+
+    FENCED = "FENCED"  # the caller's ownership epoch of the slot is stale (includes/fence.lua)
+
+
+FENCED = ErrorCode.FENCED
 
 # A delay zset member is the job's sequence number as this many hex digits, then its
-# id: equal due times sort by schedule order.
+# id: equal due times sort by schedule order. A stored envelope starts with the same
+# digits, so the member can be rebuilt from it.
 SEQ_DIGITS = 12
 
 
 def seq_hex(seq: int) -> str:
+    """The member prefix of sequence number seq."""
     return f"{seq:0{SEQ_DIGITS}x}"
 
 
-def member_of(seq: str, job_id: str) -> str:
+def member_of(seq: AnyStr, job_id: AnyStr) -> AnyStr:
     """The delay zset member of a job with this sequence (hex) and id."""
     return seq + job_id
 
 
-def split_member(member: bytes) -> tuple[bytes, bytes]:
+def member_seq(member: AnyStr) -> AnyStr:
+    """The sequence (hex) of a delay zset or ready list member."""
+    return member[:SEQ_DIGITS]
+
+
+def member_id(member: AnyStr) -> AnyStr:
+    """The job id of a delay zset or ready list member."""
+    return member[SEQ_DIGITS:]
+
+
+def split_member(member: AnyStr) -> tuple[AnyStr, AnyStr]:
     """(sequence hex, job id) of a delay zset or ready list member."""
     return member[:SEQ_DIGITS], member[SEQ_DIGITS:]
 
 
-_LUA_ENUMS: tuple[tuple[str, type[IntEnum]], ...] = (
+# Lua name prefix of each enum's members, e.g. STATUS_FIRED, ADD_REFUSED, ERROR_FENCED.
+_LUA_ENUMS: tuple[tuple[str, type[IntEnum] | type[StrEnum]], ...] = (
     ("STATUS", JobStatus), ("ADD", AddCode), ("CHANGE", ChangeCode), ("TAKE", TakeCode),
-    ("REPLAY", ReplayCode),
+    ("REPLAY", ReplayCode), ("ERROR", ErrorCode),
 )
+
+
+def _lua_value(value: int | str) -> str:
+    if isinstance(value, int):
+        return str(int(value))
+    if not value.isidentifier():  # keeps the Lua string literal free of quoting
+        raise ValueError(f"error code {value!r} must be a plain word")
+    return f"'{value}'"
 
 
 def lua_include() -> str:
@@ -99,25 +133,28 @@ def lua_include() -> str:
         '-- line "--@include contract". Generated from cluster/contract.py by',
         "--   python -m cluster.contract > lua/includes/contract.lua",
         "-- do not edit by hand (tests/test_contract.py compares the two).",
-        "",
     ]
     for prefix, enum in _LUA_ENUMS:
-        lines += [f"local {prefix}_{member.name} = {int(member)}" for member in enum]
+        lines += ["", f"-- {enum.__name__}"]
+        lines += [f"local {prefix}_{member.name} = {_lua_value(member.value)}"
+                  for member in enum]
     lines += [
+        "",
+        "-- A due time reported when there is none.",
         f"local NO_TIME = {NO_TIME}",
-        f"local SEQ_DIGITS = {SEQ_DIGITS}",
         "",
         "-- A delay member is the seq (SEQ_DIGITS hex digits) followed by the job id.",
+        f"local SEQ_DIGITS = {SEQ_DIGITS}",
         "local function member_of(seq, id) return seq .. id end",
         "local function member_seq(member) return string.sub(member, 1, SEQ_DIGITS) end",
         "local function member_id(member) return string.sub(member, SEQ_DIGITS + 1) end",
-        "local function seq_hex(n) return string.format('%0' .. SEQ_DIGITS .. 'x', n) end",
+        f"local function seq_hex(n) return string.format('%0{SEQ_DIGITS}x', n) end",
     ]
     return "\n".join(lines) + "\n"
 
 
 def sql_status_comment() -> str:
-    """The status column's comment in schema/001_jobs.sql."""
+    """The status column's comment in schema/001_jobs.sql, without its asides."""
     return ", ".join(f"{int(s)} {s.name.lower()}" for s in JobStatus)
 
 

@@ -4,19 +4,22 @@ All keys of one slot share the hash tag ``{<prefix>:<slot>}`` (e.g. ``{dq:7}:del
 so each Lua script touches keys of one Redis Cluster hash slot only.
 
 Per slot:
-  delay     zset  member = seq (12 hex digits) + job_id, score = due time in ms;
-                  equal scores sort by member, so the seq keeps schedule order
+  delay     zset  member = seq (SEQ_DIGITS hex digits) + job_id, score = due time in ms
+                  (cluster/contract.py: member_of, member_seq, member_id); equal scores
+                  sort by member, so the seq keeps schedule order
   ready     list  delay members (seq + job_id) due now, in due order
   inflight  zset  job id → claim deadline in ms
   dead      zset  job id → time it died in ms
-  jobs      hash  job id → stored envelope (see lua/add.lua for its format)
+  jobs      hash  job id → stored envelope (format in lua/includes/common.lua)
   attempts  hash  job id → attempts made so far
-  tomb      zset  cancelled job ids → cancel time ms (refuses a late add for a while)
+  tomb      zset  cancelled job ids → tombstone expiry ms (refuses a late add until then)
   seq       string counter giving schedule order within one millisecond
-  done      list  journal of outcomes for the MySQL recorder (format in lua/includes)
+  done      list  journal of outcomes (JobStatus) for the MySQL recorder (format in
+                  lua/includes/common.lua)
   acked     zset  fired job ids → +inf until recorded in MySQL, then when the marker
                   expires; cancel, reschedule and add check it
-  owner     string the slot's current ownership epoch (fencing token; lua/take.lua)
+  owner     string the slot's current ownership epoch (fencing token; lua/take.lua):
+                  a script called with another answers ErrorCode.FENCED
 """
 
 from __future__ import annotations

@@ -9,19 +9,23 @@ from __future__ import annotations
 import asyncio
 import importlib.resources
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
+from cluster.contract import AddCode, ChangeCode, ErrorCode, ReplayCode, TakeCode
 from cluster.envelope import make_tail
 from cluster.keys import KeySpace
 from cluster.redis_conn import RedisClient
 
 if TYPE_CHECKING:
     from cluster.mysql_store import JobRecord
+
+T = TypeVar("T")
 
 _INCLUDE = re.compile(r"^--@include (\w+)$", re.MULTILINE)
 SCRIPT_NAMES = (
@@ -32,16 +36,26 @@ SCRIPT_NAMES = (
 # Redis Lua's unpack() and argument lists stay well below their limits with this.
 ADD_CHUNK = 500
 
+# Reply number → enum member by dict: AddCode(n) per job costs 20 times more, and add
+# runs for every job scheduled.
+_ADD_CODES = {int(code): code for code in AddCode}.__getitem__
+
 
 def load_source(name: str) -> str:
-    """The text of lua/<name>.lua with its --@include lines expanded."""
+    """The text of lua/<name>.lua with its --@include lines expanded. An include may
+    include others (common.lua needs contract.lua); each is pulled in once, where it
+    is first named, so every name is defined once and before its first use."""
     root = importlib.resources.files("lua")
-    text = root.joinpath(f"{name}.lua").read_text()
+    seen: set[str] = set()
 
     def include(match: re.Match[str]) -> str:
-        return root.joinpath("includes", f"{match.group(1)}.lua").read_text()
+        included = match.group(1)
+        if included in seen:
+            return ""
+        seen.add(included)
+        return _INCLUDE.sub(include, root.joinpath("includes", f"{included}.lua").read_text())
 
-    return _INCLUDE.sub(include, text)
+    return _INCLUDE.sub(include, root.joinpath(f"{name}.lua").read_text())
 
 
 class Fenced(RuntimeError):
@@ -52,8 +66,43 @@ class Fenced(RuntimeError):
         self.slot = slot
 
 
-def _is_fenced(reply: object) -> bool:
-    return isinstance(reply, ResponseError) and str(reply).startswith("FENCED")
+# Each error code a script may answer with, and the exception it becomes (built from
+# the slot and the rest of the error message).
+_ERRORS: dict[str, Callable[[int, str], Exception]] = {ErrorCode.FENCED: Fenced}
+
+
+def script_error(error: ResponseError, slot: int) -> Exception:
+    """The Python exception for a script's error reply: the one place that reads them.
+    A reply without a known ErrorCode (a bug, Redis out of memory, ...) stays as it is."""
+    code, _, detail = str(error).partition(" ")
+    known = _ERRORS.get(code)
+    return error if known is None else known(slot, detail)
+
+
+# One script run: (slot, keys, args). The slot names the Fenced a refusal becomes.
+Call = tuple[int, list[str], list[Any]]
+
+
+def _refusal(error: BaseException, slot: int) -> Fenced:
+    """A run's error in a batch: a Fenced refusal is kept in place (the other slots'
+    runs count); anything else raises."""
+    exc = script_error(error, slot) if isinstance(error, ResponseError) else error
+    if isinstance(exc, Fenced):
+        return exc
+    raise exc
+
+
+def _each(replies: list[Any], convert: Callable[[Any], T]) -> list[T | None]:
+    """The converted replies of a batch, None where the slot was fenced."""
+    return [None if isinstance(reply, Fenced) else convert(reply) for reply in replies]
+
+
+def _only(replies: list[Any], convert: Callable[[Any], T]) -> T:
+    """The converted reply of a one-slot batch; raises Fenced if it was fenced."""
+    [reply] = replies
+    if isinstance(reply, Fenced):
+        raise reply
+    return convert(reply)
 
 
 @dataclass(frozen=True)
@@ -83,7 +132,7 @@ class Claimed:
 @dataclass(frozen=True)
 class MoveResult:
     moved: int
-    next_due_ms: int  # -1 when the slot is empty
+    next_due_ms: int  # NO_TIME when the slot is empty
     now_ms: int
     ready: int  # length of the ready list after the move
 
@@ -92,12 +141,15 @@ class MoveResult:
 class RetryResult:
     retried: int
     dead: int
-    earliest_due_ms: int  # -1 when nothing was retried
+    earliest_due_ms: int  # NO_TIME when nothing was retried
     more: bool = False
 
 
 class Scripts:
-    """One object per Redis connection: every Lua step of delayq as an async method."""
+    """One object per Redis connection: every Lua step of delayq as an async method.
+
+    A method for one slot raises Fenced when the script refuses the caller's epoch; its
+    `*_many` form answers None for that slot and goes on with the others."""
 
     def __init__(self, redis: RedisClient, keys: KeySpace) -> None:
         self.redis = redis
@@ -109,153 +161,121 @@ class Scripts:
     async def _call(self, name: str, keys: list[str], args: list[Any]) -> Any:
         return await self._scripts[name](keys=keys, args=args)
 
-    async def _call_many(self, name: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+    async def _call_many(self, name: str, calls: list[Call]) -> list[Any]:
         """Run one script several times (e.g. for several slots) in one pipelined round
-        trip. Each call is still its own atomic script run. A FENCED refusal comes back
-        in place as its ResponseError; any other error raises."""
+        trip. Each call is still its own atomic script run. A run refused with an error
+        code (script_error) comes back in place as its exception; any other error
+        raises."""
         if len(calls) == 1:
+            slot, keys, args = calls[0]
             try:
-                return [await self._call(name, *calls[0])]
+                return [await self._call(name, keys, args)]
             except ResponseError as exc:
-                if _is_fenced(exc):
-                    return [exc]
-                raise
+                return [_refusal(exc, slot)]
         if isinstance(self.redis, RedisCluster):
             # redis-py's cluster pipeline refuses EVALSHA: run the calls concurrently.
             replies = await asyncio.gather(
-                *(self._call(name, keys, args) for keys, args in calls), return_exceptions=True
+                *(self._call(name, keys, args) for _, keys, args in calls),
+                return_exceptions=True,
             )
-            for reply in replies:
-                if isinstance(reply, BaseException) and not _is_fenced(reply):
-                    raise reply
-            return list(replies)
+        else:
+            replies = await self._pipelined(name, calls)
+        return [
+            _refusal(reply, slot) if isinstance(reply, BaseException) else reply
+            for (slot, _, _), reply in zip(calls, replies, strict=True)
+        ]
+
+    async def _pipelined(self, name: str, calls: list[Call]) -> list[Any]:
+        """The replies of calls sent in one pipeline, errors in place."""
         script = self._scripts[name]
         for attempt in range(2):
             pipe = self.redis.pipeline(transaction=False)
-            for keys, args in calls:
+            for _, keys, args in calls:
                 pipe.evalsha(script.sha, len(keys), *keys, *args)
-            replies = await pipe.execute(raise_on_error=False)
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
             if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
                 await self.redis.script_load(script.script)  # Redis restarted or flushed
                 continue
-            for reply in replies:
-                if isinstance(reply, Exception) and not _is_fenced(reply):
-                    raise reply
-            return list(replies)
+            return replies
         raise AssertionError("unreachable")
 
-    async def add(self, slot: int, jobs: list[NewJob]) -> tuple[bool, list[int]]:
-        """Add jobs of one slot; returns (woke the owner, per-job status 1/0/-1)."""
+    async def add(self, slot: int, jobs: list[NewJob]) -> tuple[bool, list[AddCode]]:
+        """Add jobs of one slot; returns (woke the owner, an AddCode per job)."""
         return (await self.add_many({slot: jobs}))[slot]
 
     async def add_many(
         self, jobs_by_slot: dict[int, list[NewJob]]
-    ) -> dict[int, tuple[bool, list[int]]]:
+    ) -> dict[int, tuple[bool, list[AddCode]]]:
         """Add jobs of many slots in one pipelined round trip, ADD_CHUNK jobs per script
-        run. Returns per slot: (woke the owner, per-job status 1 added / 0 already there
-        / -1 refused)."""
-        calls: list[tuple[list[str], list[Any]]] = []
-        owners: list[int] = []
+        run. Returns per slot: (woke the owner, an AddCode per job in input order)."""
+        calls: list[Call] = []
         for slot, jobs in jobs_by_slot.items():
             k = self.keys.slot(slot)
             for start in range(0, len(jobs), ADD_CHUNK):
                 args: list[Any] = [self.keys.wake_channel, slot]
                 for job in jobs[start : start + ADD_CHUNK]:
                     args += (job.job_id, job.due_ms, job.max_attempts, job.tail)
-                calls.append(([k.delay, k.jobs, k.seq, k.tomb, k.acked], args))
-                owners.append(slot)
-        results: dict[int, tuple[bool, list[int]]] = {}
-        for slot, reply in zip(owners, await self._call_many("add", calls), strict=True):
-            woke, statuses = results.get(slot, (False, []))
-            results[slot] = (woke or reply[0] == 1, statuses + list(reply[1:]))
+                calls.append((slot, [k.delay, k.jobs, k.seq, k.tomb, k.acked], args))
+        results: dict[int, tuple[bool, list[AddCode]]] = {}
+        for (slot, _, _), reply in zip(calls, await self._call_many("add", calls), strict=True):
+            woke, codes = results.get(slot, (False, []))
+            codes += map(_ADD_CODES, reply[1:])
+            results[slot] = (woke or reply[0] == 1, codes)
         return results
 
+    def _move_calls(self, slot_epochs: list[tuple[int, int]], limit: int) -> list[Call]:
+        calls: list[Call] = []
+        for slot, epoch in slot_epochs:
+            k = self.keys.slot(slot)
+            calls.append((slot, [k.owner, k.delay, k.ready], [epoch, limit]))
+        return calls
+
     async def move(self, slot: int, epoch: int, limit: int) -> MoveResult:
-        result = (await self.move_many([(slot, epoch)], limit))[0]
-        if result is None:
-            raise Fenced(slot)
-        return result
+        replies = await self._call_many("move", self._move_calls([(slot, epoch)], limit))
+        return _only(replies, _move_result)
 
     async def move_many(
         self, slot_epochs: list[tuple[int, int]], limit: int
     ) -> list[MoveResult | None]:
         """move for several (slot, epoch) in one round trip; None where fenced."""
-        calls: list[tuple[list[str], list[Any]]] = []
-        for slot, epoch in slot_epochs:
-            k = self.keys.slot(slot)
-            calls.append(([k.owner, k.delay, k.ready], [epoch, limit]))
-        return [
-            None if _is_fenced(reply)
-            else MoveResult(int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]))
-            for reply in await self._call_many("move", calls)
-        ]
+        replies = await self._call_many("move", self._move_calls(slot_epochs, limit))
+        return _each(replies, _move_result)
 
-    async def claim_many(
+    def _claim_calls(
         self, slot_epochs: list[tuple[int, int]], count: int, timeout_ms: int
-    ) -> list[tuple[int, list[Claimed]] | None]:
-        """claim for several (slot, epoch) in one round trip; None where fenced."""
-        calls: list[tuple[list[str], list[Any]]] = []
+    ) -> list[Call]:
+        calls: list[Call] = []
         for slot, epoch in slot_epochs:
             k = self.keys.slot(slot)
-            calls.append(
-                ([k.owner, k.ready, k.inflight, k.jobs, k.attempts], [epoch, count, timeout_ms])
-            )
-        return [
-            None if _is_fenced(reply) else _claimed(reply)
-            for reply in await self._call_many("claim", calls)
-        ]
-
-    async def ack_many(self, job_ids_by_slot: dict[int, list[bytes]]) -> int:
-        """ack for several slots in one round trip; returns the number acked."""
-        calls: list[tuple[list[str], list[Any]]] = []
-        for slot, job_ids in job_ids_by_slot.items():
-            k = self.keys.slot(slot)
-            keys = [k.inflight, k.delay, k.jobs, k.attempts, k.done, k.acked, k.dead]
-            calls.append((keys, list(job_ids)))
-        return sum(int(n) for n in await self._call_many("ack", calls))
-
-    async def read_journals(self, slots: list[int], count: int) -> list[list[bytes]]:
-        """The oldest count journal entries of each slot, in one round trip."""
-        pipe = self.redis.pipeline(transaction=False)
-        for slot in slots:
-            pipe.lrange(self.keys.slot(slot).done, 0, count - 1)
-        return [list(entries) for entries in await pipe.execute()]
-
-    async def trim_journals(
-        self, trims: dict[int, tuple[int, int, list[str]]], retention_ms: int
-    ) -> set[int]:
-        """trim_journal for several slots: slot → (epoch, entries recorded, fired job
-        ids). Returns the slots where it was fenced (nothing trimmed there)."""
-        calls: list[tuple[list[str], list[Any]]] = []
-        for slot, (epoch, count, fired_ids) in trims.items():
-            k = self.keys.slot(slot)
-            calls.append(
-                ([k.owner, k.done, k.acked], [epoch, count, retention_ms, *fired_ids])
-            )
-        replies = await self._call_many("trim_journal", calls)
-        return {slot for slot, reply in zip(trims, replies, strict=True) if _is_fenced(reply)}
-
-    async def take(self, slot: int, epoch: int) -> bool:
-        """Make epoch the slot's current one; False if a newer epoch is already there."""
-        return int(await self._call("take", [self.keys.slot(slot).owner], [epoch])) == 1
+            calls.append((slot, [k.owner, k.ready, k.inflight, k.jobs, k.attempts],
+                          [epoch, count, timeout_ms]))
+        return calls
 
     async def claim(
         self, slot: int, epoch: int, count: int, timeout_ms: int
     ) -> tuple[int, list[Claimed]]:
         """Claim up to count ready jobs; returns (Redis now ms, claimed jobs)."""
-        result = (await self.claim_many([(slot, epoch)], count, timeout_ms))[0]
-        if result is None:
-            raise Fenced(slot)
-        return result
+        calls = self._claim_calls([(slot, epoch)], count, timeout_ms)
+        return _only(await self._call_many("claim", calls), _claimed)
+
+    async def claim_many(
+        self, slot_epochs: list[tuple[int, int]], count: int, timeout_ms: int
+    ) -> list[tuple[int, list[Claimed]] | None]:
+        """claim for several (slot, epoch) in one round trip; None where fenced."""
+        calls = self._claim_calls(slot_epochs, count, timeout_ms)
+        return _each(await self._call_many("claim", calls), _claimed)
 
     async def ack(self, slot: int, job_ids: list[bytes]) -> int:
         return await self.ack_many({slot: job_ids})
 
-    async def _fenced_call(self, name: str, slot: int, keys: list[str], args: list[Any]) -> Any:
-        reply = (await self._call_many(name, [(keys, args)]))[0]
-        if _is_fenced(reply):
-            raise Fenced(slot, str(reply))
-        return reply
+    async def ack_many(self, job_ids_by_slot: dict[int, list[bytes]]) -> int:
+        """ack for several slots in one round trip; returns the number acked."""
+        calls: list[Call] = []
+        for slot, job_ids in job_ids_by_slot.items():
+            k = self.keys.slot(slot)
+            keys = [k.inflight, k.delay, k.jobs, k.attempts, k.done, k.acked, k.dead]
+            calls.append((slot, keys, list(job_ids)))
+        return sum(int(n) for n in await self._call_many("ack", calls))
 
     def _retry_keys(self, slot: int) -> list[str]:
         k = self.keys.slot(slot)
@@ -265,41 +285,73 @@ class Scripts:
         self, slot: int, epoch: int, job_ids: list[bytes], error: str, backoff_ms: int,
         backoff_max_ms: int,
     ) -> RetryResult:
-        reply = await self._fenced_call(
-            "nack", slot, self._retry_keys(slot),
-            [epoch, backoff_ms, backoff_max_ms, error, *job_ids],
-        )
-        return RetryResult(int(reply[0]), int(reply[1]), int(reply[2]))
+        args = [epoch, backoff_ms, backoff_max_ms, error, *job_ids]
+        replies = await self._call_many("nack", [(slot, self._retry_keys(slot), args)])
+        return _only(replies, _retry_result)
+
+    def _reap_calls(
+        self, slot_epochs: list[tuple[int, int]], limit: int, backoff_ms: int,
+        backoff_max_ms: int,
+    ) -> list[Call]:
+        return [(slot, self._retry_keys(slot), [epoch, limit, backoff_ms, backoff_max_ms])
+                for slot, epoch in slot_epochs]
 
     async def reap(
         self, slot: int, epoch: int, limit: int, backoff_ms: int, backoff_max_ms: int
     ) -> RetryResult:
-        result = (await self.reap_many([(slot, epoch)], limit, backoff_ms, backoff_max_ms))[0]
-        if result is None:
-            raise Fenced(slot)
-        return result
+        calls = self._reap_calls([(slot, epoch)], limit, backoff_ms, backoff_max_ms)
+        return _only(await self._call_many("reap", calls), _retry_result)
 
     async def reap_many(
         self, slot_epochs: list[tuple[int, int]], limit: int, backoff_ms: int,
         backoff_max_ms: int,
     ) -> list[RetryResult | None]:
         """reap for several (slot, epoch) in one round trip; None where fenced."""
-        calls = [(self._retry_keys(slot), [epoch, limit, backoff_ms, backoff_max_ms])
-                 for slot, epoch in slot_epochs]
-        return [
-            None if _is_fenced(reply)
-            else RetryResult(int(reply[0]), int(reply[1]), int(reply[2]), reply[3] == 1)
-            for reply in await self._call_many("reap", calls)
-        ]
+        calls = self._reap_calls(slot_epochs, limit, backoff_ms, backoff_max_ms)
+        return _each(await self._call_many("reap", calls), _retry_result)
 
     async def read_journal(self, slot: int, count: int) -> list[bytes]:
         """The oldest count journal entries of a slot (left in place until trimmed)."""
         return (await self.read_journals([slot], count))[0]
+
+    async def read_journals(self, slots: list[int], count: int) -> list[list[bytes]]:
+        """The oldest count journal entries of each slot, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for slot in slots:
+            pipe.lrange(self.keys.slot(slot).done, 0, count - 1)
+        return [list(entries) for entries in await pipe.execute()]
+
+    def _trim_calls(
+        self, trims: dict[int, tuple[int, int, list[str]]], retention_ms: int
+    ) -> list[Call]:
+        calls: list[Call] = []
+        for slot, (epoch, count, fired_ids) in trims.items():
+            k = self.keys.slot(slot)
+            calls.append((slot, [k.owner, k.done, k.acked],
+                          [epoch, count, retention_ms, *fired_ids]))
+        return calls
+
     async def trim_journal(
         self, slot: int, epoch: int, count: int, fired_ids: list[str], retention_ms: int
     ) -> None:
-        if await self.trim_journals({slot: (epoch, count, fired_ids)}, retention_ms):
-            raise Fenced(slot)
+        calls = self._trim_calls({slot: (epoch, count, fired_ids)}, retention_ms)
+        _only(await self._call_many("trim_journal", calls), int)
+
+    async def trim_journals(
+        self, trims: dict[int, tuple[int, int, list[str]]], retention_ms: int
+    ) -> set[int]:
+        """trim_journal for several slots: slot → (epoch, entries recorded, fired job
+        ids). Returns the slots where it was fenced (nothing trimmed there)."""
+        replies = await self._call_many("trim_journal", self._trim_calls(trims, retention_ms))
+        return {slot for slot, reply in zip(trims, replies, strict=True)
+                if isinstance(reply, Fenced)}
+
+    async def take(self, slot: int, epoch: int) -> bool:
+        """Make epoch the slot's current one; False (TakeCode.STALE) if a newer epoch is
+        already there."""
+        code = await self._call("take", [self.keys.slot(slot).owner], [epoch])
+        return bool(code == TakeCode.TAKEN)
+
     async def dead_page(
         self, slot: int, start: int, count: int
     ) -> list[tuple[bytes, int, bytes | None]]:
@@ -323,32 +375,42 @@ class Scripts:
             return None
         return int(died), envelope
 
-    async def dead_replay(self, slot: int, job_ids: list[str]) -> list[bool]:
-        """Replay dead jobs of a slot; per job id, whether it was in the dead-letter set
-        (and is now due)."""
+    async def dead_replay(self, slot: int, job_ids: list[str]) -> list[ReplayCode]:
+        """Replay dead jobs of a slot (they are due now); a ReplayCode per job id."""
         k = self.keys.slot(slot)
         replies = await self._call(
             "dead_replay", [k.dead, k.delay, k.jobs, k.attempts, k.seq, k.done],
             [self.keys.wake_channel, slot, *job_ids],
         )
-        return [int(reply) == 1 for reply in replies]
+        return [ReplayCode(reply) for reply in replies]  # an operator's few hundred
 
     async def dead_purge(self, slot: int, job_ids: list[str]) -> int:
         k = self.keys.slot(slot)
         return int(await self._call("dead_purge", [k.dead, k.jobs, k.attempts], job_ids))
 
-    async def cancel(self, slot: int, job_id: str, tomb_ms: int) -> int:
+    async def cancel(self, slot: int, job_id: str, tomb_ms: int) -> ChangeCode:
         k = self.keys.slot(slot)
         keys = [k.delay, k.inflight, k.dead, k.jobs, k.attempts, k.tomb, k.acked]
-        return int(await self._call("cancel", keys, [job_id, tomb_ms]))
+        return ChangeCode(await self._call("cancel", keys, [job_id, tomb_ms]))
 
-    async def reschedule(self, slot: int, job_id: str, due_ms: int) -> tuple[int, bool]:
+    async def reschedule(self, slot: int, job_id: str, due_ms: int) -> tuple[ChangeCode, bool]:
+        """A new due time for a job; returns (what happened, woke the owner)."""
         k = self.keys.slot(slot)
         keys = [k.delay, k.inflight, k.dead, k.jobs, k.seq, k.acked]
-        status, woke = await self._call(
+        code, woke = await self._call(
             "reschedule", keys, [self.keys.wake_channel, slot, job_id, due_ms]
         )
-        return int(status), woke == 1
+        return ChangeCode(code), woke == 1
+
+
+def _move_result(reply: list[Any]) -> MoveResult:
+    return MoveResult(int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]))
+
+
+def _retry_result(reply: list[Any]) -> RetryResult:
+    """The reply of nack (3 items) or reap (4, the last one `more`)."""
+    return RetryResult(int(reply[0]), int(reply[1]), int(reply[2]),
+                       len(reply) > 3 and reply[3] == 1)
 
 
 def _claimed(reply: list[Any]) -> tuple[int, list[Claimed]]:

@@ -13,6 +13,7 @@ import orjson
 from aiozk import ZKClient, exc
 
 from cluster.config import Settings
+from cluster.contract import member_id
 from cluster.keys import KeySpace
 from cluster.redis_conn import open_redis
 
@@ -95,7 +96,7 @@ async def _depths(settings: Settings, slots: int) -> list[tuple[int, int, int, i
         heads = {slot: replies[slot * 7 + 6] for slot in range(slots) if replies[slot * 7 + 6]}
         pipe = redis.pipeline(transaction=False)
         for slot, member in heads.items():
-            pipe.hget(keys.slot(slot).jobs, member[12:])
+            pipe.hget(keys.slot(slot).jobs, member_id(member))
         envelopes = dict(zip(heads, await pipe.execute(), strict=True))
     finally:
         await redis.aclose()

@@ -1,4 +1,4 @@
--- ack: jobs were published; forget them and journal "fired" for the MySQL recorder.
+-- ack: jobs were published; forget them and journal STATUS_FIRED for the MySQL recorder.
 -- KEYS[1] inflight zset   KEYS[2] delay zset   KEYS[3] jobs hash   KEYS[4] attempts hash
 -- KEYS[5] done list   KEYS[6] acked zset   KEYS[7] dead zset
 -- ARGV[1..] job ids
@@ -6,6 +6,7 @@
 -- the reaper already put back for retry (or buried) is removed from the delay zset (or
 -- the dead-letter set) too, since it did get published; if it is in the ready list by
 -- now, that entry is left for claim to drop.
+--@include contract
 --@include common
 
 local inflight, delay, jobs, attempts, done, acked, dead =
@@ -17,14 +18,14 @@ for _, id in ipairs(ARGV) do
   if v then
     if redis.call('ZREM', inflight, id) == 0 then
       local seq = parse_envelope(v)
-      redis.call('ZREM', delay, seq .. id)
+      redis.call('ZREM', delay, member_of(seq, id))
       redis.call('ZREM', dead, id)
     end
     local attempt = redis.call('HGET', attempts, id) or '1'
     redis.call('HDEL', jobs, id)
     redis.call('HDEL', attempts, id)
     redis.call('ZADD', acked, '+inf', id)  -- until recorded (trim_journal)
-    journal(done, 2, attempt, now, id, '')
+    journal(done, STATUS_FIRED, attempt, now, id, '')
     count = count + 1
   end
 end

@@ -3,10 +3,12 @@
 -- KEYS[5] acked zset
 -- ARGV[1] wake channel   ARGV[2] slot number
 -- ARGV[3..] groups of 4: job_id, due_ms, max_attempts, record json
--- Returns {woke, status_1, ..., status_n}: woke is 1 when the slot's earliest due time
--- moved earlier (the owner was woken by PUBLISH); status is 1 added, 0 already
--- scheduled (nothing changed), -1 refused because the job was cancelled (its tombstone
--- has not expired) or has just fired (its MySQL status is not recorded yet).
+-- Returns {woke, code_1, ..., code_n}: woke is 1 when the slot's earliest due time
+-- moved earlier (the owner was woken by PUBLISH); each code is ADD_ADDED, ADD_PRESENT
+-- (already scheduled: nothing changed) or ADD_REFUSED (the job was cancelled and its
+-- tombstone has not expired, or it has just fired and its MySQL status is not recorded
+-- yet).
+--@include contract
 --@include common
 
 local delay, jobs, seq_key, tomb, acked = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -18,19 +20,19 @@ local result = {0}
 local new_min = nil
 for i = 0, n - 1 do
   local id, due = ARGV[3 + i * 4], ARGV[4 + i * 4]
-  local status = 0
+  local code = ADD_PRESENT
   local tomb_expires = redis.call('ZSCORE', tomb, id)
   if (tomb_expires and tonumber(tomb_expires) > now) or redis.call('ZSCORE', acked, id) then
-    status = -1
+    code = ADD_REFUSED
   elseif redis.call('HEXISTS', jobs, id) == 0 then
     local seq = seq_hex(first_seq + i)
     redis.call('HSET', jobs, id, seq .. '|' .. ARGV[5 + i * 4] .. '|' .. due .. '|' .. ARGV[6 + i * 4])
     local score = tonumber(due)
-    redis.call('ZADD', delay, score, seq .. id)
+    redis.call('ZADD', delay, score, member_of(seq, id))
     if new_min == nil or score < new_min then new_min = score end
-    status = 1
+    code = ADD_ADDED
   end
-  result[i + 2] = status
+  result[i + 2] = code
 end
 result[1] = wake_if_earlier(ARGV[1], ARGV[2], old_head, new_min)
 return result

@@ -4,12 +4,14 @@
 -- A job already in the ready list is cancelled by deleting its envelope: claim drops
 -- ready entries without one, so the list is never searched.
 -- ARGV[1] job id   ARGV[2] tombstone lifetime ms
--- Returns 1 removed; 0 not in Redis; -2 in flight (being published now: too late);
--- -3 dead; -4 fired (its MySQL status may not be recorded yet). On 1 and 0 a tombstone
+-- Returns CHANGE_CHANGED (removed); CHANGE_ABSENT (not in Redis); CHANGE_IN_FLIGHT (being
+-- published now: too late); CHANGE_DEAD; CHANGE_FIRED (its MySQL status may not be
+-- recorded yet). On CHANGE_CHANGED and CHANGE_ABSENT a tombstone
 -- (scored with its expiry time) refuses any add of the job for the lifetime given: a
 -- schedule() whose Redis step is still on its way, or the reconciler re-adding a row it
 -- read before the cancel. Past that, a job MySQL still calls pending (the caller's
 -- cancel failed before MySQL recorded it) can be re-added and fire.
+--@include contract
 --@include common
 
 local delay, inflight, dead, jobs, attempts, tomb, acked =
@@ -20,15 +22,15 @@ local v = redis.call('HGET', jobs, id)
 local expires = now + tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', tomb, '-inf', now)
 if not v then
-  if redis.call('ZSCORE', acked, id) then return -4 end
+  if redis.call('ZSCORE', acked, id) then return CHANGE_FIRED end
   redis.call('ZADD', tomb, expires, id)
-  return 0
+  return CHANGE_ABSENT
 end
-if redis.call('ZSCORE', inflight, id) then return -2 end
-if redis.call('ZSCORE', dead, id) then return -3 end
+if redis.call('ZSCORE', inflight, id) then return CHANGE_IN_FLIGHT end
+if redis.call('ZSCORE', dead, id) then return CHANGE_DEAD end
 local seq = parse_envelope(v)
-redis.call('ZREM', delay, seq .. id)
+redis.call('ZREM', delay, member_of(seq, id))
 redis.call('HDEL', jobs, id)
 redis.call('HDEL', attempts, id)
 redis.call('ZADD', tomb, expires, id)
-return 1
+return CHANGE_CHANGED

@@ -3,10 +3,11 @@
 -- KEYS[5] attempts hash
 -- ARGV[1] epoch   ARGV[2] max jobs to claim   ARGV[3] in-flight timeout ms
 -- Returns {now_ms, id_1, envelope_1, attempt_1, ...}. Ready entries are delay members
--- (seq + job id); one whose job is gone (cancelled, acked) or whose envelope carries
--- another seq (rescheduled or retried since) is stale and dropped silently.
--- Error FENCED when ARGV[1] is not the slot's current epoch.
+-- (member_of(seq, job id)); one whose job is gone (cancelled, acked) or whose envelope
+-- carries another seq (rescheduled or retried since) is stale and dropped silently.
+-- Error ERROR_FENCED when ARGV[1] is not the slot's current epoch.
 --@include fence
+--@include contract
 --@include common
 
 local ready, inflight, jobs, attempts = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -17,9 +18,9 @@ if not members then return result end
 local deadline = now + tonumber(ARGV[3])
 local zargs = {}
 for _, member in ipairs(members) do
-  local id = string.sub(member, 13)
+  local id = member_id(member)
   local v = redis.call('HGET', jobs, id)
-  if v and string.sub(v, 1, 12) == string.sub(member, 1, 12) then
+  if v and envelope_seq(v) == member_seq(member) then
     zargs[#zargs + 1] = deadline
     zargs[#zargs + 1] = id
     result[#result + 1] = id

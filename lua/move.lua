@@ -1,14 +1,15 @@
 -- move: due jobs of one slot, delay zset -> ready list, in due order, at most LIMIT.
--- The ready list gets the delay member itself (seq + job id): claim checks the seq
--- against the envelope, so a cancel or reschedule never has to search the list.
+-- The ready list gets the delay member itself (member_of(seq, job id)): claim checks
+-- the seq against the envelope, so a cancel or reschedule never has to search the list.
 -- KEYS[1] owner key   KEYS[2] delay zset   KEYS[3] ready list
 -- ARGV[1] epoch   ARGV[2] limit (max jobs moved by this call)
 -- Returns {moved, next_due_ms, now_ms, ready_length}: next_due_ms is the earliest
--- remaining due time, now_ms when more are due already (moved == limit), or -1 when the
--- zset is empty.
+-- remaining due time, now_ms when more are due already (moved == limit), or NO_TIME
+-- when the zset is empty.
 -- "Due" is judged by the Redis server clock (TIME), never the caller's.
--- Error FENCED when ARGV[1] is not the slot's current epoch.
+-- Error ERROR_FENCED when ARGV[1] is not the slot's current epoch.
 --@include fence
+--@include contract
 --@include common
 
 local delay, ready = KEYS[2], KEYS[3]
@@ -22,7 +23,7 @@ for i = 1, moved, chunk do
   redis.call('RPUSH', ready, unpack(members, i, last))
   redis.call('ZREM', delay, unpack(members, i, last))
 end
-local next_due = -1
+local next_due = NO_TIME
 if moved == limit then
   next_due = now
 else

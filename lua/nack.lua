@@ -3,10 +3,12 @@
 -- KEYS[5] jobs hash   KEYS[6] attempts hash   KEYS[7] seq counter   KEYS[8] done list
 -- ARGV[1] epoch   ARGV[2] backoff base ms   ARGV[3] backoff cap ms   ARGV[4] error text
 -- ARGV[5..] job ids
--- Returns {retried, dead, earliest_retry_due_ms or -1}. Jobs no longer in flight here
--- (reaped, acked or cancelled meanwhile) are skipped. Error FENCED when ARGV[1] is
--- not the slot's current epoch (the jobs then stay in flight for the new owner).
+-- Returns {retried, dead, earliest_retry_due_ms or NO_TIME}. Each retry is journalled
+-- STATUS_FIRING, each burial STATUS_DEAD. Jobs no longer in flight here (reaped, acked
+-- or cancelled meanwhile) are skipped. Error ERROR_FENCED when ARGV[1] is not the slot's
+-- current epoch (the jobs then stay in flight for the new owner).
 --@include fence
+--@include contract
 --@include common
 
 local K = {delay = KEYS[3], dead = KEYS[4], jobs = KEYS[5], attempts = KEYS[6],

@@ -3,9 +3,11 @@
 -- KEYS[1] owner key   KEYS[2] inflight zset   KEYS[3] delay zset   KEYS[4] dead zset
 -- KEYS[5] jobs hash   KEYS[6] attempts hash   KEYS[7] seq counter   KEYS[8] done list
 -- ARGV[1] epoch   ARGV[2] limit   ARGV[3] backoff base ms   ARGV[4] backoff cap ms
--- Returns {retried, dead, earliest_retry_due_ms or -1, more (1 when limit was reached)}.
--- Error FENCED when ARGV[1] is not the slot's current epoch.
+-- Returns {retried, dead, earliest_retry_due_ms or NO_TIME, more (1 when limit was
+-- reached)}. Each retry is journalled STATUS_FIRING, each burial STATUS_DEAD.
+-- Error ERROR_FENCED when ARGV[1] is not the slot's current epoch.
 --@include fence
+--@include contract
 --@include common
 
 local K = {delay = KEYS[3], dead = KEYS[4], jobs = KEYS[5], attempts = KEYS[6],

@@ -4,8 +4,11 @@
 -- A job already in the ready list gets a new seq, which makes its ready entry stale
 -- (claim drops it), so the list is never searched.
 -- ARGV[1] wake channel   ARGV[2] slot number   ARGV[3] job id   ARGV[4] new due ms
--- Returns {status, woke}: status 1 moved; 0 not in Redis; -2 in flight (too late);
--- -3 dead; -4 fired (its MySQL status may not be recorded yet). woke is 1 when the owner was woken because the slot's earliest moved earlier.
+-- Returns {code, woke}: code CHANGE_CHANGED (moved); CHANGE_ABSENT (not in Redis);
+-- CHANGE_IN_FLIGHT (too late); CHANGE_DEAD; CHANGE_FIRED (its MySQL status may not be
+-- recorded yet). woke is 1 when the owner was woken because the slot's earliest due
+-- time moved earlier.
+--@include contract
 --@include common
 
 local delay, inflight, dead, jobs, seq_key, acked =
@@ -13,17 +16,17 @@ local delay, inflight, dead, jobs, seq_key, acked =
 local id, due = ARGV[3], ARGV[4]
 local v = redis.call('HGET', jobs, id)
 if not v then
-  if redis.call('ZSCORE', acked, id) then return {-4, 0} end
-  return {0, 0}
+  if redis.call('ZSCORE', acked, id) then return {CHANGE_FIRED, 0} end
+  return {CHANGE_ABSENT, 0}
 end
-if redis.call('ZSCORE', inflight, id) then return {-2, 0} end
-if redis.call('ZSCORE', dead, id) then return {-3, 0} end
+if redis.call('ZSCORE', inflight, id) then return {CHANGE_IN_FLIGHT, 0} end
+if redis.call('ZSCORE', dead, id) then return {CHANGE_DEAD, 0} end
 local seq, max_attempts, _, body_at = parse_envelope(v)
-redis.call('ZREM', delay, seq .. id)
+redis.call('ZREM', delay, member_of(seq, id))
 local old_head = head_score(delay)
 local new_seq = seq_hex(reserve_seq(seq_key, 1))
 redis.call('HSET', jobs, id, new_seq .. '|' .. max_attempts .. '|' .. due .. '|' ..
   string.sub(v, body_at))
 local score = tonumber(due)
-redis.call('ZADD', delay, score, new_seq .. id)
-return {1, wake_if_earlier(ARGV[1], ARGV[2], old_head, score)}
+redis.call('ZADD', delay, score, member_of(new_seq, id))
+return {CHANGE_CHANGED, wake_if_earlier(ARGV[1], ARGV[2], old_head, score)}

@@ -2,11 +2,12 @@
 -- may move, claim, retry or trim in this slot.
 -- KEYS[1] owner key
 -- ARGV[1] new epoch
--- Returns 1 when the epoch is now current (also when it already was), 0 when the slot
--- already carries a newer epoch (this take is stale and must not act).
+-- Returns TAKE_TAKEN when the epoch is now current (also when it already was),
+-- TAKE_STALE when the slot already carries a newer epoch (this take must not act).
+--@include contract
 
 local current = tonumber(redis.call('GET', KEYS[1]) or '0')
 local epoch = tonumber(ARGV[1])
-if current > epoch then return 0 end
+if current > epoch then return TAKE_STALE end
 redis.call('SET', KEYS[1], ARGV[1])
-return 1
+return TAKE_TAKEN

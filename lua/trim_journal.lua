@@ -5,9 +5,9 @@
 -- KEYS[1] owner key   KEYS[2] done list   KEYS[3] acked zset
 -- ARGV[1] epoch   ARGV[2] count   ARGV[3] retention ms
 -- ARGV[4..] ids of jobs those entries recorded as fired
--- Returns the journal length left. Error FENCED when ARGV[1] is not the slot's current
--- epoch: a recorder that lost the slot must not trim entries the new owner has not
--- recorded yet.
+-- Returns the journal length left. Error ERROR_FENCED when ARGV[1] is not the slot's
+-- current epoch: a recorder that lost the slot must not trim entries the new owner has
+-- not recorded yet.
 --@include fence
 --@include common
 

@@ -7,6 +7,9 @@ import os
 import subprocess
 import sys
 
+import cluster
+import cluster.client
+import cluster.dead_letters
 from actors.node import Node
 from cluster import DelayClient, JobStatus
 from cluster.config import Settings
@@ -136,3 +139,7 @@ def test_dead_cli(settings: Settings) -> None:
     assert refused.returncode == 2 and "exactly one of" in refused.stderr
     assert cli("purge", "--all").stdout.strip() == "purged 0 dead job(s)"
     assert cli("show", "nobody").returncode == 1
+
+
+def test_dead_job_is_one_class_wherever_it_is_imported_from() -> None:
+    assert cluster.DeadJob is cluster.client.DeadJob is cluster.dead_letters.DeadJob

@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
+from redis.exceptions import ResponseError
 
 from cluster.config import Settings
+from cluster.contract import (
+    NO_TIME,
+    SEQ_DIGITS,
+    AddCode,
+    ChangeCode,
+    JobStatus,
+    ReplayCode,
+    member_id,
+    member_of,
+    member_seq,
+    seq_hex,
+)
 from cluster.envelope import fire_of, make_tail
 from cluster.jobs import now_ms
 from cluster.keys import KeySpace
@@ -28,8 +42,8 @@ def k(scripts: Scripts) -> KeySpace:
 
 
 async def ready_ids(redis: RedisClient, k: KeySpace) -> list[bytes]:
-    """Job ids in the ready list (its entries are seq + job id)."""
-    return [member[12:] for member in await redis.lrange(k.slot(SLOT).ready, 0, -1)]
+    """Job ids in the ready list (its entries are delay members)."""
+    return [member_id(member) for member in await redis.lrange(k.slot(SLOT).ready, 0, -1)]
 
 
 # ----- add --------------------------------------------------------------------------------
@@ -40,15 +54,15 @@ async def test_add_stores_member_and_envelope(
 ) -> None:
     due = now_ms() + HOUR_MS
     woke, statuses = await scripts.add(SLOT, [job("a", due)])
-    assert statuses == [1]
+    assert statuses == [AddCode.ADDED]
     assert woke
     members = await redis.zrange(k.slot(SLOT).delay, 0, -1, withscores=True)
     assert len(members) == 1
     member, score = members[0]
-    assert member.endswith(b"a") and len(member) == 13
+    assert member_id(member) == b"a" and len(member_seq(member)) == SEQ_DIGITS
     assert score == due
     envelope = await redis.hget(k.slot(SLOT).jobs, "a")
-    assert envelope.startswith(member[:12] + b"|16|%d|" % due)
+    assert envelope.startswith(member_seq(member) + b"|16|%d|" % due)
 
 
 async def test_add_same_id_twice_is_one_job(
@@ -57,7 +71,7 @@ async def test_add_same_id_twice_is_one_job(
     due = now_ms() + HOUR_MS
     await scripts.add(SLOT, [job("a", due)])
     woke, statuses = await scripts.add(SLOT, [job("a", due - 1000)])
-    assert statuses == [0]
+    assert statuses == [AddCode.PRESENT]
     assert not woke
     assert await redis.zcard(k.slot(SLOT).delay) == 1
     assert await redis.zscore(k.slot(SLOT).delay, (await redis.zrange(
@@ -88,10 +102,10 @@ async def test_add_wakes_only_when_earliest_moves_earlier(
 async def test_add_refuses_a_tombstoned_or_just_fired_job(
     scripts: Scripts, redis: RedisClient, k: KeySpace
 ) -> None:
-    assert await scripts.cancel(SLOT, "gone", HOUR_MS) == 0  # leaves a tombstone
+    assert await scripts.cancel(SLOT, "gone", HOUR_MS) == ChangeCode.ABSENT  # a tombstone
     await redis.zadd(k.slot(SLOT).acked, {"fired": float("inf")})
     _, statuses = await scripts.add(SLOT, [job("gone", now_ms()), job("fired", now_ms())])
-    assert statuses == [-1, -1]
+    assert statuses == [AddCode.REFUSED, AddCode.REFUSED]
     assert await redis.zcard(k.slot(SLOT).delay) == 0
 
 
@@ -100,16 +114,16 @@ async def test_an_expired_tombstone_no_longer_refuses(
 ) -> None:
     """A cancel whose MySQL step failed leaves the job pending in MySQL: once its
     tombstone expires, the reconciler can add it again."""
-    assert await scripts.cancel(SLOT, "a", 1) == 0
+    assert await scripts.cancel(SLOT, "a", 1) == ChangeCode.ABSENT
     await asyncio.sleep(0.01)
     _, statuses = await scripts.add(SLOT, [job("a", now_ms())])
-    assert statuses == [1]
+    assert statuses == [AddCode.ADDED]
 
 
 async def test_add_in_chunks(scripts: Scripts, redis: RedisClient, k: KeySpace) -> None:
     due = now_ms() + HOUR_MS
     _, statuses = await scripts.add(SLOT, [job(f"j{i}", due + i) for i in range(1234)])
-    assert statuses == [1] * 1234
+    assert statuses == [AddCode.ADDED] * 1234
     assert await redis.zcard(k.slot(SLOT).delay) == 1234
 
 
@@ -153,7 +167,7 @@ async def test_move_is_bounded_by_its_limit(
     second = await scripts.move(SLOT, 0, 1000)
     third = await scripts.move(SLOT, 0, 1000)
     assert (second.moved, third.moved) == (1000, 500)
-    assert third.next_due_ms == -1
+    assert third.next_due_ms == NO_TIME
     assert await redis.llen(k.slot(SLOT).ready) == 2500
 
 
@@ -177,7 +191,7 @@ async def test_claim_puts_jobs_in_flight_with_deadline_and_attempt(
 async def test_claim_drops_ids_whose_job_is_gone(
     scripts: Scripts, redis: RedisClient, k: KeySpace
 ) -> None:
-    await redis.rpush(k.slot(SLOT).ready, "000000000001ghost")
+    await redis.rpush(k.slot(SLOT).ready, member_of(seq_hex(1), "ghost"))
     _, claimed = await scripts.claim(SLOT, 0, 10, 30_000)
     assert claimed == []
     assert await redis.zcard(k.slot(SLOT).inflight) == 0
@@ -197,7 +211,7 @@ async def test_ack_forgets_the_job_and_journals_it(
     assert await redis.hlen(s.attempts) == 0
     assert await redis.zscore(s.acked, "a") == float("inf")
     [entry] = await scripts.read_journal(SLOT, 10)
-    assert entry.startswith(b"2|1|") and entry.endswith(b"|1|a")
+    assert entry.startswith(b"%d|1|" % JobStatus.FIRED) and entry.endswith(b"|1|a")
 
 
 # ----- nack / reap ------------------------------------------------------------------------
@@ -214,7 +228,7 @@ async def test_nack_retries_with_backoff_then_buries(
     assert (retry.retried, retry.dead) == (1, 0)
     assert retry.earliest_due_ms >= now + 1000
     [member] = await redis.zrange(s.delay, 0, -1)
-    assert member.endswith(b"a")
+    assert member_id(member) == b"a"
     # Second attempt fails too: max_attempts=2 is used up.
     await redis.zadd(s.delay, {member: now - 1})
     await scripts.move(SLOT, 0, 100)
@@ -225,13 +239,15 @@ async def test_nack_retries_with_backoff_then_buries(
     assert await redis.zscore(s.dead, "a") is not None
     assert await redis.hexists(s.jobs, "a")  # kept for inspection and replay
     entries = await scripts.read_journal(SLOT, 10)
-    assert entries[0].startswith(b"1|1|") and entries[0].endswith(b"abroker down")
-    assert entries[1].startswith(b"4|2|") and entries[1].endswith(b"astill down")
+    assert entries[0].startswith(b"%d|1|" % JobStatus.FIRING)
+    assert entries[0].endswith(b"abroker down")
+    assert entries[1].startswith(b"%d|2|" % JobStatus.DEAD)
+    assert entries[1].endswith(b"astill down")
 
 
 async def test_nack_skips_jobs_no_longer_in_flight(scripts: Scripts) -> None:
     retry = await scripts.nack(SLOT, 0, [b"nobody"], "x", 1000, 60_000)
-    assert (retry.retried, retry.dead, retry.earliest_due_ms) == (0, 0, -1)
+    assert (retry.retried, retry.dead, retry.earliest_due_ms) == (0, 0, NO_TIME)
 
 
 async def test_reap_returns_only_expired_in_flight_jobs(
@@ -247,7 +263,7 @@ async def test_reap_returns_only_expired_in_flight_jobs(
     assert (result.retried, result.dead, result.more) == (1, 0, False)
     assert await redis.zrange(s.inflight, 0, -1) == [b"young"]
     [member] = await redis.zrange(s.delay, 0, -1)
-    assert member.endswith(b"old")
+    assert member_id(member) == b"old"
 
 
 # ----- cancel / reschedule ----------------------------------------------------------------
@@ -260,17 +276,17 @@ async def test_cancel_in_each_state(scripts: Scripts, redis: RedisClient, k: Key
                              job("flying", now - 5)])
     await scripts.move(SLOT, 0, 100)
     await scripts.claim(SLOT, 0, 1, HOUR_MS)  # "flying", the earliest
-    assert await scripts.cancel(SLOT, "waiting", HOUR_MS) == 1
-    assert await scripts.cancel(SLOT, "ready", HOUR_MS) == 1
-    assert await scripts.cancel(SLOT, "flying", HOUR_MS) == -2
-    assert await scripts.cancel(SLOT, "nobody", HOUR_MS) == 0
+    assert await scripts.cancel(SLOT, "waiting", HOUR_MS) == ChangeCode.CHANGED
+    assert await scripts.cancel(SLOT, "ready", HOUR_MS) == ChangeCode.CHANGED
+    assert await scripts.cancel(SLOT, "flying", HOUR_MS) == ChangeCode.IN_FLIGHT
+    assert await scripts.cancel(SLOT, "nobody", HOUR_MS) == ChangeCode.ABSENT
     assert await redis.zcard(s.delay) == 0
     assert await redis.hkeys(s.jobs) == [b"flying"]
     # The cancelled ready job's entry is stale: claim drops it.
     assert (await scripts.claim(SLOT, 0, 10, HOUR_MS))[1] == []
     assert await ready_ids(redis, k) == []
     await redis.zadd(s.acked, {"done": float("inf")})
-    assert await scripts.cancel(SLOT, "done", HOUR_MS) == -4
+    assert await scripts.cancel(SLOT, "done", HOUR_MS) == ChangeCode.FIRED
 
 
 async def test_cancel_of_dead_job_is_refused(
@@ -280,7 +296,7 @@ async def test_cancel_of_dead_job_is_refused(
     await scripts.move(SLOT, 0, 10)
     await scripts.claim(SLOT, 0, 10, 30_000)
     await scripts.nack(SLOT, 0, [b"a"], "bad", 1000, 60_000)
-    assert await scripts.cancel(SLOT, "a", HOUR_MS) == -3
+    assert await scripts.cancel(SLOT, "a", HOUR_MS) == ChangeCode.DEAD
 
 
 async def test_reschedule_moves_due_time_and_wakes(
@@ -289,15 +305,15 @@ async def test_reschedule_moves_due_time_and_wakes(
     s = k.slot(SLOT)
     now = now_ms()
     await scripts.add(SLOT, [job("a", now + HOUR_MS), job("b", now + 2 * HOUR_MS)])
-    status, woke = await scripts.reschedule(SLOT, "b", now + 60_000)
-    assert (status, woke) == (1, True)
-    scores = {m[12:]: sc for m, sc in await redis.zrange(s.delay, 0, -1, withscores=True)}
+    code, woke = await scripts.reschedule(SLOT, "b", now + 60_000)
+    assert (code, woke) == (ChangeCode.CHANGED, True)
+    scores = {member_id(m): sc for m, sc in await redis.zrange(s.delay, 0, -1, withscores=True)}
     assert scores == {b"b": now + 60_000, b"a": now + HOUR_MS}
     envelope = await redis.hget(s.jobs, "b")
     assert b"|%d|" % (now + 60_000) in envelope
-    status, woke = await scripts.reschedule(SLOT, "a", now + 3 * HOUR_MS)
-    assert (status, woke) == (1, False)
-    assert (await scripts.reschedule(SLOT, "nobody", now))[0] == 0
+    code, woke = await scripts.reschedule(SLOT, "a", now + 3 * HOUR_MS)
+    assert (code, woke) == (ChangeCode.CHANGED, False)
+    assert (await scripts.reschedule(SLOT, "nobody", now))[0] == ChangeCode.ABSENT
 
 
 async def test_reschedule_pulls_a_ready_job_back(
@@ -305,14 +321,14 @@ async def test_reschedule_pulls_a_ready_job_back(
 ) -> None:
     await scripts.add(SLOT, [job("a", now_ms() - 5)])
     await scripts.move(SLOT, 0, 10)
-    status, _ = await scripts.reschedule(SLOT, "a", now_ms() + HOUR_MS)
-    assert status == 1
+    code, _ = await scripts.reschedule(SLOT, "a", now_ms() + HOUR_MS)
+    assert code == ChangeCode.CHANGED
     assert await redis.zcard(k.slot(SLOT).delay) == 1
     assert (await scripts.claim(SLOT, 0, 10, HOUR_MS))[1] == []  # its ready entry is stale
     await scripts.reschedule(SLOT, "a", now_ms() - 5)
     await scripts.move(SLOT, 0, 10)
     await scripts.claim(SLOT, 0, 10, HOUR_MS)
-    assert (await scripts.reschedule(SLOT, "a", now_ms()))[0] == -2
+    assert (await scripts.reschedule(SLOT, "a", now_ms()))[0] == ChangeCode.IN_FLIGHT
 
 
 # ----- journal ------------------------------------------------------------------------------
@@ -358,8 +374,9 @@ async def test_scripts_acting_as_owner_refuse_an_old_epoch(
     await scripts.move(SLOT, 1, 10)
     await scripts.claim(SLOT, 1, 1, 0)  # "a" in flight, deadline now
     await scripts.take(SLOT, 2)  # another node took the slot
-    with pytest.raises(Fenced):
+    with pytest.raises(Fenced, match="slot epoch is 2, caller has 1") as refused:
         await scripts.move(SLOT, 1, 10)
+    assert refused.value.slot == SLOT
     with pytest.raises(Fenced):
         await scripts.claim(SLOT, 1, 10, 30_000)
     with pytest.raises(Fenced):
@@ -378,6 +395,13 @@ async def test_scripts_acting_as_owner_refuse_an_old_epoch(
     # The current epoch works.
     _, claimed = await scripts.claim(SLOT, 2, 10, 30_000)
     assert [c.job_id for c in claimed] == [b"b"]
+
+
+async def test_a_script_error_that_is_no_refusal_fails_the_batch(scripts: Scripts) -> None:
+    """Only a code of the contract (FENCED) is answered in place; a bug is raised."""
+    bad_limit: Any = "many"  # the script's LIMIT gets nil: Redis rejects the command
+    with pytest.raises(ResponseError, match="arguments must be strings or integers"):
+        await scripts.move_many([(SLOT, 0), (SLOT + 1, 0)], bad_limit)
 
 
 # ----- dead letters ----------------------------------------------------------------------
@@ -399,17 +423,19 @@ async def test_dead_replay_makes_dead_jobs_due_now_and_journals_it(
     await bury(scripts, "a")
     await scripts.add(SLOT, [job("b", now_ms() + HOUR_MS)])  # pending, not dead
     before = now_ms()
-    assert await scripts.dead_replay(SLOT, ["a", "b", "nobody"]) == [True, False, False]
+    assert await scripts.dead_replay(SLOT, ["a", "b", "nobody"]) == [
+        ReplayCode.REPLAYED, ReplayCode.NOT_DEAD, ReplayCode.NOT_DEAD]
     assert await redis.zcard(s.dead) == 0
     assert not await redis.hexists(s.attempts, "a")  # a fresh set of attempts
     delay = dict(await redis.zrange(s.delay, 0, -1, withscores=True))
-    [a_member] = [m for m in delay if m.endswith(b"a")]
+    [a_member] = [m for m in delay if member_id(m) == b"a"]
     assert before - 1000 <= delay[a_member] <= now_ms() + 1000
     envelope = await redis.hget(s.jobs, "a")
-    assert envelope.startswith(a_member[:12] + b"|1|")  # its new seq, same max attempts
+    assert envelope.startswith(member_seq(a_member) + b"|1|")  # a new seq, same max attempts
     entries = await scripts.read_journal(SLOT, 10)
-    assert entries[-2].startswith(b"4|1|")  # died ...
-    assert entries[-1].startswith(b"0|0|") and b"replayed" in entries[-1]  # ... then replayed
+    assert entries[-2].startswith(b"%d|1|" % JobStatus.DEAD)  # died ...
+    replayed = entries[-1]
+    assert replayed.startswith(b"%d|0|" % JobStatus.PENDING) and b"replayed" in replayed
 
 
 async def test_dead_purge_forgets_only_dead_jobs(
@@ -435,4 +461,4 @@ async def test_scripts_are_reloaded_after_redis_forgets_them(
     await redis.script_flush()  # as after a Redis restart
     assert (await scripts.move_many([(SLOT, 0)], 10))[0].moved == 1  # type: ignore[union-attr]
     await redis.script_flush()
-    assert await scripts.cancel(SLOT, "a", 60_000) == 1
+    assert await scripts.cancel(SLOT, "a", 60_000) == ChangeCode.CHANGED

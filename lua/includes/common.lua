@@ -2,14 +2,16 @@
 --
 -- Stored envelope (the value in the slot's jobs hash):
 --   "<seq>|<max_attempts>|<due_ms>|<tail>"
--- seq is 12 hex digits and also prefixes the job's member in the delay zset, so the
--- member can be rebuilt from the envelope. The tail is opaque to the scripts; it is
+-- seq is SEQ_DIGITS hex digits (seq_hex) and also prefixes the job's member in the
+-- delay zset (member_of), so the member can be rebuilt from the envelope. The tail is
+-- opaque to the scripts; it is
 -- "<topic>|<key murmur2>|<kafka key byte length>|<kafka key><record json>" (cluster/envelope.py).
 --
 -- Journal entry (the slot's done list, drained into MySQL by the recorder):
 --   "<status>|<attempt>|<ms>|<job id byte length>|<job id><note>"
--- status: 0 replayed (pending again), 1 retrying, 2 fired, 4 dead. The length prefix
--- keeps any job id safe.
+-- status: STATUS_PENDING (replayed), STATUS_FIRING (retrying), STATUS_FIRED or
+-- STATUS_DEAD. The length prefix keeps any job id safe.
+--@include contract
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -21,14 +23,15 @@ local function reserve_seq(seq_key, n)
   return redis.call('INCRBY', seq_key, n) - n + 1
 end
 
-local function seq_hex(n)
-  return string.format('%012x', n)
-end
-
--- Returns seq_hex, max_attempts, due_ms (strings) and the index where the tail starts.
+-- Returns seq (hex), max_attempts, due_ms (strings) and the index where the tail starts.
 local function parse_envelope(v)
   local _, header_end, seq, max_attempts, due = string.find(v, '^(%x+)|(%d+)|(%-?%d+)|')
   return seq, max_attempts, due, header_end + 1
+end
+
+-- The seq an envelope carries: a delay member with another one is stale.
+local function envelope_seq(v)
+  return string.sub(v, 1, SEQ_DIGITS)
 end
 
 local function journal(done_key, status, attempt, ms, id, note)
@@ -54,8 +57,8 @@ end
 
 -- A failed or timed-out attempt: back to the delay zset with exponential backoff, or
 -- to the dead-letter set once the job has used its max attempts.
--- K = {delay, dead, jobs, attempts, seq, done}. Returns the new due score, -1 when the
--- job went dead, or nil when the job is gone (acked or cancelled meanwhile).
+-- K = {delay, dead, jobs, attempts, seq, done}. Returns STATUS_FIRING and the new due
+-- score, STATUS_DEAD, or nil when the job is gone (acked or cancelled meanwhile).
 local function retry_or_bury(K, id, now, base_ms, cap_ms, note)
   local v = redis.call('HGET', K.jobs, id)
   if not v then return nil end
@@ -63,8 +66,8 @@ local function retry_or_bury(K, id, now, base_ms, cap_ms, note)
   local attempt = tonumber(redis.call('HGET', K.attempts, id) or '0')
   if attempt >= tonumber(max_attempts) then
     redis.call('ZADD', K.dead, now, id)
-    journal(K.done, 4, attempt, now, id, note)
-    return -1
+    journal(K.done, STATUS_DEAD, attempt, now, id, note)
+    return STATUS_DEAD
   end
   local backoff = base_ms * math.pow(2, math.max(attempt - 1, 0))
   if backoff > cap_ms then backoff = cap_ms end
@@ -72,22 +75,22 @@ local function retry_or_bury(K, id, now, base_ms, cap_ms, note)
   redis.call('HSET', K.jobs, id, new_seq .. '|' .. max_attempts .. '|' .. due .. '|' ..
     string.sub(v, body_at))
   local score = now + backoff
-  redis.call('ZADD', K.delay, score, new_seq .. id)
-  journal(K.done, 1, attempt, now, id, note)
-  return score
+  redis.call('ZADD', K.delay, score, member_of(new_seq, id))
+  journal(K.done, STATUS_FIRING, attempt, now, id, note)
+  return STATUS_FIRING, score
 end
 
 -- retry_or_bury for jobs already taken out of the in-flight zset.
--- Returns retried, dead, and the earliest new due score (-1 when none was retried).
+-- Returns retried, dead, and the earliest new due score (NO_TIME when none was retried).
 local function retry_or_bury_all(K, ids, now, base_ms, cap_ms, note)
-  local retried, dead, earliest = 0, 0, -1
+  local retried, dead, earliest = 0, 0, NO_TIME
   for _, id in ipairs(ids) do
-    local score = retry_or_bury(K, id, now, base_ms, cap_ms, note)
-    if score == -1 then
+    local outcome, score = retry_or_bury(K, id, now, base_ms, cap_ms, note)
+    if outcome == STATUS_DEAD then
       dead = dead + 1
-    elseif score then
+    elseif outcome == STATUS_FIRING then
       retried = retried + 1
-      if earliest == -1 or score < earliest then earliest = score end
+      if earliest == NO_TIME or score < earliest then earliest = score end
     end
   end
   return retried, dead, earliest

@@ -1,0 +1,44 @@
+-- The numbers the scripts share with Python and SQL, pulled into a script by the
+-- line "--@include contract". Generated from cluster/contract.py by
+--   python -m cluster.contract > lua/includes/contract.lua
+-- do not edit by hand (tests/test_contract.py compares the two).
+
+-- JobStatus
+local STATUS_PENDING = 0
+local STATUS_FIRING = 1
+local STATUS_FIRED = 2
+local STATUS_CANCELLED = 3
+local STATUS_DEAD = 4
+
+-- AddCode
+local ADD_ADDED = 1
+local ADD_PRESENT = 0
+local ADD_REFUSED = -1
+
+-- ChangeCode
+local CHANGE_CHANGED = 1
+local CHANGE_ABSENT = 0
+local CHANGE_IN_FLIGHT = -2
+local CHANGE_DEAD = -3
+local CHANGE_FIRED = -4
+
+-- TakeCode
+local TAKE_TAKEN = 1
+local TAKE_STALE = 0
+
+-- ReplayCode
+local REPLAY_REPLAYED = 1
+local REPLAY_NOT_DEAD = 0
+
+-- ErrorCode
+local ERROR_FENCED = 'FENCED'
+
+-- A due time reported when there is none.
+local NO_TIME = -1
+
+-- A delay member is the seq (SEQ_DIGITS hex digits) followed by the job id.
+local SEQ_DIGITS = 12
+local function member_of(seq, id) return seq .. id end
+local function member_seq(member) return string.sub(member, 1, SEQ_DIGITS) end
+local function member_id(member) return string.sub(member, SEQ_DIGITS + 1) end
+local function seq_hex(n) return string.format('%012x', n) end

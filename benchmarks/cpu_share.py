@@ -3,12 +3,12 @@
     python benchmarks/cpu_share.py -- python benchmarks/fire_bench.py --jobs 200000 \\
         --pattern burst --nodes 4
 
-Reads utime + stime of every process in /proc every SAMPLE_S while the command runs,
+Reads user + system CPU time of every process (psutil) every SAMPLE_S while the command runs,
 groups them (delayq nodes, the benchmark, Redis, MariaDB, the Kafka broker, ZooKeeper,
 everything else) and prints each group's CPU seconds and its share of what the machine
 had (wall time × cores), twice: over the whole run, and over the firing phase alone
 (the samples in which the delayq nodes used at least FIRING_CORES of a core). A total
-near 100 % means the cores, not delayq, bound the run. Linux only; standard library.
+near 100 % means the cores, not delayq, bound the run. Needs psutil (the dev extra).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+import psutil
 
 SAMPLE_S = 0.5
 FIRING_CORES = 0.3
-TICKS = os.sysconf("SC_CLK_TCK")
 GROUPS = (
     ("delayq node", ("cluster.cli",)),
     ("benchmark (client, consumer)", ("benchmarks/",)),
@@ -42,18 +42,13 @@ def group_of(cmdline: str) -> str:
 def snapshot() -> dict[int, tuple[str, float]]:
     """pid → (group, CPU seconds so far) for every process readable now."""
     found: dict[int, tuple[str, float]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    # Processes that end meanwhile are skipped; unreadable fields come back as None.
+    for proc in psutil.process_iter(["cmdline", "cpu_times"]):
+        times = proc.info["cpu_times"]
+        if times is None:
             continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
-                errors="replace")
-        except OSError:
-            continue  # gone meanwhile
-        fields = stat[stat.rindex(")") + 2:].split()
-        cpu_s = (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
-        found[int(entry.name)] = (group_of(cmdline), cpu_s)
+        cmdline = " ".join(proc.info["cmdline"] or [])  # None for a zombie
+        found[proc.pid] = (group_of(cmdline), times.user + times.system)
     return found
 
 

@@ -5,14 +5,12 @@ itself. Needs the local stack (`delayq services up`) and a migrated database.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import orjson
 import uvloop
@@ -21,21 +19,21 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from cluster import DelayClient, Job
 from cluster.config import Settings
+from devstack.nodes import NodeProcess, NodeProcessError
 
 JOBS = 40
 SPREAD_S = 8.0
 PARTITIONS = 3
 
 
-async def start_node(log_path: str) -> subprocess.Popen[bytes]:
-    log = open(log_path, "wb")  # the node writes to it until stopped
-    node = subprocess.Popen([sys.executable, "-m", "cluster.cli", "node"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while b"started:" not in open(log_path, "rb").read():
-        if node.poll() is not None or time.monotonic() > deadline:
-            sys.exit(f"the node did not start; see {log_path}")
-        await asyncio.sleep(0.1)
+async def start_node() -> NodeProcess:
+    """A node logging to the state folder; exits the demo if it does not start."""
+    node = NodeProcess("demo-node", Path(os.environ.get("DELAYQ_STATE_DIR", ".delayq")))
+    try:
+        await node.wait_ready()
+    except NodeProcessError as exc:
+        node.kill()
+        sys.exit(f"the node did not start: {exc}")
     return node
 
 
@@ -51,9 +49,8 @@ async def main() -> None:
     await consumer.start()
     consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
 
-    log_path = os.path.join(os.environ.get("DELAYQ_STATE_DIR", ".delayq"), "demo-node.log")
-    node = await start_node(log_path)
-    print(f"node started (log: {log_path}); scheduling {JOBS} jobs over {SPREAD_S:.0f} s "
+    node = await start_node()
+    print(f"node started (log: {node.log_path}); scheduling {JOBS} jobs over {SPREAD_S:.0f} s "
           f"to topic {topic}")
     async with DelayClient(settings) as client:
         jobs = [
@@ -81,8 +78,7 @@ async def main() -> None:
         record = await client.get(ids[0])
         print(f"\nMySQL says {ids[0]} is {record.status.name if record else 'missing'}")
     await consumer.stop()
-    node.send_signal(signal.SIGTERM)
-    node.wait(timeout=60)
+    await node.stop()
     if len(lateness) < expected:
         sys.exit(f"only {len(lateness)} of {expected} jobs arrived")
     print(f"{len(lateness)} jobs fired; lateness at the consumer: "

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from cluster.config import Settings
 from cluster.status import read_status
+from devstack import nodes
 
 # Short timeouts so failover happens within a test: a dead node's session expires after
 # 3 s, its jobs in flight come back after 4 s.
@@ -24,57 +21,28 @@ FAST_FAILOVER = {
 }
 
 
-class NodeProcess:
+class NodeProcess(nodes.NodeProcess):
+    """A node of a test's cluster: its node id is its name, with FAST_FAILOVER timeouts
+    and then `extra_env` on top of the test's settings."""
+
     def __init__(
         self, settings: Settings, log_dir: Path, name: str,
         extra_env: dict[str, str] | None = None,
     ) -> None:
-        self.name = name
-        self.log_path = log_dir / f"{name}.log"
-        self.log = self.log_path.open("ab")
-        env = {**os.environ, **FAST_FAILOVER, "DELAYQ_KEY_PREFIX": settings.key_prefix,
-               "DELAYQ_MYSQL_URL": settings.mysql_url, "DELAYQ_NODE_ID": name,
-               **(extra_env or {})}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cluster.cli", "node"],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    async def wait_started(self, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while b"started:" not in self.log_path.read_bytes():
-            assert self.proc.poll() is None, self.log_path.read_text()
-            assert time.monotonic() < deadline, f"{self.name} did not start"
-            await asyncio.sleep(0.1)
-
-    async def wait_exit(self, timeout_s: float = 60) -> int:
-        deadline = time.monotonic() + timeout_s
-        while self.proc.poll() is None:
-            assert time.monotonic() < deadline, f"{self.name} did not exit"
-            await asyncio.sleep(0.1)
-        self.log.close()
-        return self.proc.returncode
-
-    def signal(self, sig: signal.Signals) -> None:
-        self.proc.send_signal(sig)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
+        super().__init__(name, log_dir, settings=settings, node_id=name,
+                         env={**FAST_FAILOVER, **(extra_env or {})})
 
 
 async def start_nodes(settings: Settings, log_dir: Path, names: list[str]) -> list[NodeProcess]:
-    nodes = [NodeProcess(settings, log_dir, name) for name in names]
-    for node in nodes:
-        await node.wait_started()
-    return nodes
+    started = [NodeProcess(settings, log_dir, name) for name in names]
+    try:
+        for node in started:
+            await node.wait_ready()
+    except BaseException:
+        for node in started:  # none left running behind a failed test
+            node.kill()
+        raise
+    return started
 
 
 async def slots_served_by(settings: Settings) -> dict[int, str | None]:

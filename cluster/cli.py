@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
 
     db = commands.add_parser("db", help="database schema")
     db.add_argument("action", choices=["migrate"],
-                    help="migrate: create the shard databases and tables (idempotent)")
+                    help="migrate: apply to every shard, in order, the schema/NNN_*.sql "
+                    "migrations the database has not recorded yet (idempotent)")
 
     node = commands.add_parser(
         "node", help="run a node until SIGTERM or SIGINT",
@@ -125,9 +126,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if args.command == "services":
-        import devstack.services as services
-
-        return services.run(args.action, purge=args.purge, redis_cluster=args.redis_cluster)
+        try:
+            from devstack import stack
+        except ImportError as exc:  # psutil comes with the local extra only
+            print(f"delayq services: {exc.name} is not installed: pip install 'delayq[local]'",
+                  file=sys.stderr)
+            return 1
+        return stack.run(args.action, purge=args.purge, redis_cluster=args.redis_cluster)
     if args.config:
         os.environ["DELAYQ_CONFIG"] = args.config
     try:
@@ -171,11 +176,22 @@ async def _migrate(settings: Settings) -> int:
     store = MySQLStore(settings, "cli")
     await store.open(check_schema=False)
     try:
-        tables = await store.migrate()
+        report = await store.migrate()
     finally:
         await store.close()
-    print(f"schema ready: {len(tables)} job table(s) in "
-          f"{settings.mysql_databases} database(s)")
+    for warning in report.warnings:
+        print(f"delayq: warning: {warning}", file=sys.stderr)
+    if report.adopted:
+        print(f"adopted a database migrated by an older delayq: recorded "
+              f"{', '.join(report.adopted)} as applied")
+    for name in report.applied:
+        print(f"applied {name} to {report.shards} job table(s)")
+    if report.newer:
+        # A newer delayq migrated this database; its migrations stay as they are.
+        print(f"the database also has migration(s) {report.newer} this delayq does not know")
+    state = "schema ready" if report.applied else "schema up to date"
+    print(f"{state}: {report.versions} migration(s) applied, {report.shards} job table(s) "
+          f"in {settings.mysql_databases} database(s)")
     return 0
 
 

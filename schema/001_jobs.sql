@@ -1,6 +1,10 @@
--- delayq schema version 1: the job table and its history, created once per shard.
+-- delayq migration 001: the job table and its history, created once per shard.
 -- {jobs} and {history} are replaced by each shard's fully qualified table names.
 -- All times are UTC with millisecond precision.
+-- `delayq db migrate` applies each schema/NNN_name.sql once, in order, and records it in
+-- delayq_migrations (cluster/migrations.py). Do not edit the statements of an applied
+-- migration (their checksum is checked; comment lines are not part of it): add the next
+-- numbered file instead.
 
 CREATE TABLE IF NOT EXISTS {jobs} (
   job_id        VARCHAR(200) NOT NULL COMMENT 'caller key or generated id',

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster import DelayClient, JobStatus, StoreUnavailable
+from cluster.contract import member_id, member_seq
 from cluster.envelope import record_of
 from cluster.redis_conn import RedisClient
 
@@ -87,10 +88,10 @@ async def invariant_violations(
         envelopes = await redis.hgetall(k.jobs)
         seqs = {job_id.decode(): envelope[:12] for job_id, envelope in envelopes.items()}
         for member in await redis.zrange(k.delay, 0, -1):
-            places.setdefault(member[12:].decode(), []).append("delay")
+            places.setdefault(member_id(member).decode(), []).append("delay")
         for member in await redis.lrange(k.ready, 0, -1):
-            job_id = member[12:].decode()
-            if seqs.get(job_id) == member[:12]:  # a stale entry is not a place
+            job_id = member_id(member).decode()
+            if seqs.get(job_id) == member_seq(member):  # a stale entry is not a place
                 places.setdefault(job_id, []).append("ready")
         for job_id in await redis.zrange(k.inflight, 0, -1):
             places.setdefault(job_id.decode(), []).append("inflight")
@@ -114,7 +115,7 @@ async def _all_rows(client: DelayClient) -> dict[str, JobStatus]:
     rows: dict[str, JobStatus] = {}
     async with client.mysql.pool.acquire() as conn, conn.cursor() as cur:
         for shard in client.mysql.all_shards():
-            table, _ = client.mysql._shard_tables(shard)
+            table, _ = client.mysql.shard_tables(shard)
             await cur.execute(f"SELECT job_id, status FROM {table}")
             for job_id, status in await cur.fetchall():
                 rows[job_id] = JobStatus(status)

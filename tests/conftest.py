@@ -21,13 +21,13 @@ import uvloop
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-import devstack.services as services
 from actors.node import Node
 from cluster import DelayClient
 from cluster.config import Settings
-from cluster.mysql_store import create_cluster_database, drop_cluster_database
 from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import Scripts
+from devstack import stack
+from devstack.databases import create_cluster_database, drop_cluster_database
 
 TOPIC_PARTITIONS = 3
 
@@ -45,8 +45,8 @@ def stack_env() -> Iterator[dict[str, str]]:
         return
     if os.environ.get("DELAYQ_TEST_REDIS_CLUSTER") == "1":
         os.environ["DELAYQ_SERVICES_REDIS_CLUSTER"] = "1"
-    services.up()
-    env = services.stack_env()
+    stack.up()
+    env = stack.stack_env()
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     yield env

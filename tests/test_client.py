@@ -11,6 +11,7 @@ import pytest
 
 from cluster import DelayClient, InvalidJob, Job, JobStatus
 from cluster.config import Settings
+from cluster.contract import member_id
 from cluster.jobs import now_ms
 from cluster.keys import slot_of
 from cluster.mysql_store import SchemaError
@@ -25,7 +26,7 @@ async def delay_scores(client: DelayClient, redis: RedisClient, job_id: str) -> 
     keys = client.keys.slot(slot_of(job_id, client.settings.slots))
     return [
         score for member, score in await redis.zrange(keys.delay, 0, -1, withscores=True)
-        if member[12:] == job_id.encode()
+        if member_id(member) == job_id.encode()
     ]
 
 
@@ -189,7 +190,7 @@ async def test_bad_input_matrix_changes_nothing(
     assert await client.mysql.get_many([]) == {}
     async with client.mysql.pool.acquire() as conn, conn.cursor() as cur:
         for shard in client.mysql.all_shards():
-            table, _ = client.mysql._shard_tables(shard)
+            table, _ = client.mysql.shard_tables(shard)
             await cur.execute(f"SELECT COUNT(*) FROM {table}")
             assert (await cur.fetchone())[0] == 0
 

@@ -1,0 +1,52 @@
+"""Throw-away cluster databases for tests and benchmarks: each run gets a MySQL database
+(and shard databases) of its own, created, migrated, and dropped afterwards.
+
+Development tooling only: the runtime never imports devstack.
+"""
+
+from __future__ import annotations
+
+import aiomysql
+
+from cluster.config import Settings
+from cluster.mysql_store import MySQLStore
+from cluster.sql import parse_mysql_url
+
+
+async def create_cluster_database(
+    settings: Settings, database: str, *, migrate: bool = True
+) -> Settings:
+    """Create a new database for one cluster, migrate it (unless migrate=False), and
+    return settings that point at it."""
+    admin = {**parse_mysql_url(settings.mysql_url), "db": None}
+    conn = await aiomysql.connect(**admin)
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute(f"CREATE DATABASE `{database}`")
+    finally:
+        conn.close()
+    created = settings.replace(mysql_url=settings.mysql_url.rsplit("/", 1)[0] + f"/{database}")
+    if migrate:
+        store = MySQLStore(created, "setup")
+        await store.open(check_schema=False)
+        try:
+            await store.migrate()
+        finally:
+            await store.close()
+    return created
+
+
+async def drop_cluster_database(settings: Settings) -> None:
+    """Drop the database settings.mysql_url names and every shard database."""
+    store = MySQLStore(settings, "teardown")
+    # With several shard databases the named one holds only delayq_meta and the migrations.
+    names = {store.database} | {
+        store.database_name(d) for d in range(settings.mysql_databases)
+    }
+    conn = await aiomysql.connect(**{**store.conn_args, "db": None})
+    try:
+        async with conn.cursor() as cur:
+            for db in sorted(names):
+                await cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+    finally:
+        conn.close()

@@ -1,0 +1,251 @@
+"""Versioned schema migrations (cluster/migrations.py) against the real MariaDB: each
+test migrates a database of its own, with extra migration files in a temporary folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.config import Settings
+from cluster.migrations import SchemaError, load_migrations
+from cluster.mysql_store import MySQLStore
+from devstack.databases import create_cluster_database, drop_cluster_database
+
+ROOT = Path(__file__).resolve().parent.parent
+FIRST = "001_jobs.sql"
+ADD_COLUMN = "ALTER TABLE {jobs} ADD COLUMN tenant VARCHAR(64) NULL;\n"
+
+NewDatabase = Callable[..., Awaitable[Settings]]
+
+
+@pytest.fixture
+async def new_database(stack_env: dict[str, str]) -> AsyncIterator[NewDatabase]:
+    """Makes empty (unmigrated) cluster databases with the given layout; drops them."""
+    made: list[Settings] = []
+
+    async def make(databases: int = 1, tables: int = 2) -> Settings:
+        prefix = f"m{uuid.uuid4().hex[:10]}"
+        base = Settings.from_env().replace(
+            key_prefix=prefix, mysql_databases=databases, mysql_tables=tables)
+        settings = await create_cluster_database(base, f"delayq_{prefix}", migrate=False)
+        made.append(settings)
+        return settings
+
+    yield make
+    for settings in made:
+        await drop_cluster_database(settings)
+
+
+def schema_dir(tmp_path: Path, **extra: str) -> Path:
+    """The packaged migrations plus `extra` (file name: text) in a folder of their own."""
+    folder = tmp_path / f"schema-{uuid.uuid4().hex[:6]}"
+    folder.mkdir()
+    shutil.copy(ROOT / "schema" / FIRST, folder / FIRST)
+    for name, text in extra.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+async def migrate(settings: Settings, folder: Path | None = None) -> Any:
+    store = MySQLStore(settings, "test", schema_dir=folder)
+    await store.open(check_schema=False)
+    try:
+        return await store.migrate()
+    finally:
+        await store.close()
+
+
+async def query(settings: Settings, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    store = MySQLStore(settings, "test")
+    await store.open(check_schema=False)
+    try:
+        async with store.pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute(sql, args)
+            return list(await cur.fetchall())
+    finally:
+        await store.close()
+
+
+async def recorded(settings: Settings) -> list[tuple[int, str, int, bool]]:
+    """(version, name, shards_done, applied) of every row of delayq_migrations."""
+    rows = await query(settings, "SELECT version, name, shards_done, applied_at IS NOT NULL"
+                       " FROM delayq_migrations ORDER BY version")
+    return [(int(v), n, int(d), bool(a)) for v, n, d, a in rows]
+
+
+async def tables_with_column(settings: Settings, column: str) -> set[str]:
+    store = MySQLStore(settings, "test")
+    schemas = {store.database_name(d) for d in range(settings.mysql_databases)}
+    marks = ", ".join(["%s"] * len(schemas))
+    rows = await query(
+        settings,
+        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.COLUMNS"
+        f" WHERE COLUMN_NAME = %s AND TABLE_SCHEMA IN ({marks})",
+        column, *sorted(schemas),
+    )
+    return {f"`{schema}`.`{table}`" for schema, table in rows}
+
+
+async def test_a_second_migrate_applies_nothing(new_database: NewDatabase) -> None:
+    settings = await new_database()
+    first = await migrate(settings)
+    assert (first.applied, first.adopted, first.versions) == ([FIRST], [], 1)
+    second = await migrate(settings)
+    assert (second.applied, second.adopted, second.versions) == ([], [], 1)
+    assert await recorded(settings) == [(1, FIRST, 2, True)]
+    store = MySQLStore(settings, "node")
+    await store.open()  # the schema check passes
+    await store.close()
+
+
+@pytest.mark.parametrize("databases", [1, 2])
+async def test_a_new_migration_is_applied_once_to_every_shard(
+    new_database: NewDatabase, tmp_path: Path, databases: int
+) -> None:
+    settings = await new_database(databases=databases, tables=2)
+    await migrate(settings)
+    folder = schema_dir(tmp_path, **{"002_tenant.sql": "-- a tenant per job\n" + ADD_COLUMN})
+
+    # A node or producer that knows 002 refuses the database until it is applied.
+    early = MySQLStore(settings, "node", schema_dir=folder)
+    with pytest.raises(SchemaError, match=r"002_tenant\.sql not applied.*run `delayq db migrate`"):
+        await early.open()
+
+    report = await migrate(settings, folder)
+    assert (report.applied, report.shards) == (["002_tenant.sql"], databases * 2)
+    store = MySQLStore(settings, "test")
+    every_job_table = {store.shard_tables(shard)[0] for shard in store.all_shards()}
+    assert len(every_job_table) == databases * 2
+    assert await tables_with_column(settings, "tenant") == every_job_table
+    assert await recorded(settings) == [
+        (1, FIRST, databases * 2, True), (2, "002_tenant.sql", databases * 2, True)]
+    meta = dict(await query(settings, "SELECT name, value FROM delayq_meta"))
+    assert meta["schema_version"] == "2"
+
+    # Applied once: running it again would fail on the existing column.
+    assert (await migrate(settings, folder)).applied == []
+    # An older delayq (without 002) applies nothing and says the database is newer.
+    older = await migrate(settings)
+    assert (older.applied, older.newer) == ([], [2])
+    late = MySQLStore(settings, "node", schema_dir=folder)
+    await late.open()
+    await late.close()
+
+
+async def test_an_old_style_database_is_adopted(new_database: NewDatabase) -> None:
+    """A database migrated before migrations were versioned: delayq_meta with
+    schema_version=1 and the tables, no delayq_migrations."""
+    settings = await new_database(tables=2)
+    store = MySQLStore(settings, "old")
+    await store.open(check_schema=False)
+    try:
+        async with store.pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute("CREATE TABLE delayq_meta (name VARCHAR(64) NOT NULL PRIMARY KEY,"
+                              " value VARCHAR(255) NOT NULL)")
+            layout = {"databases": "1", "tables": "2", "key_prefix": settings.key_prefix,
+                      "slots": str(settings.slots), "schema_version": "1"}
+            await cur.executemany("INSERT INTO delayq_meta VALUES (%s, %s)", layout.items())
+            [first] = load_migrations()
+            for shard in store.all_shards():
+                for statement in first.for_shard(*store.shard_tables(shard)):
+                    await cur.execute(statement)
+        # Nodes of the new version accept it before it is adopted: nothing is missing.
+        await store.check_layout()
+    finally:
+        await store.close()
+
+    report = await migrate(settings)
+    assert (report.adopted, report.applied, report.versions) == ([FIRST], [], 1)
+    assert await recorded(settings) == [(1, FIRST, 2, True)]
+    again = await migrate(settings)
+    assert (again.adopted, again.applied) == ([], [])
+
+
+async def test_a_failing_migration_is_not_recorded_and_names_the_file(
+    new_database: NewDatabase, tmp_path: Path
+) -> None:
+    settings = await new_database(tables=2)
+    await migrate(settings)
+    broken = schema_dir(tmp_path, **{
+        "002_broken.sql": "ALTER TABLE {jobs} ADD COLUMN oops NOT A TYPE;\n"})
+    with pytest.raises(SchemaError, match=r"migration 002_broken\.sql failed on .*job_0000"):
+        await migrate(settings, broken)
+    assert await recorded(settings) == [(1, FIRST, 2, True)]
+    with pytest.raises(SchemaError, match=r"002_broken\.sql not applied"):
+        await MySQLStore(settings, "node", schema_dir=broken).open()
+    # Fixed, it applies.
+    (broken / "002_broken.sql").write_text(ADD_COLUMN)
+    assert (await migrate(settings, broken)).applied == ["002_broken.sql"]
+
+
+async def test_a_migration_that_failed_part_way_continues_with_the_failed_shard(
+    new_database: NewDatabase, tmp_path: Path
+) -> None:
+    """DDL cannot be rolled back: the shards a migration ran on are recorded, and the
+    rerun starts at the shard that failed."""
+    settings = await new_database(tables=3)
+    await migrate(settings)
+    store = MySQLStore(settings, "test")
+    second_table = store.shard_tables((0, 1))[0]
+    await query(settings, f"ALTER TABLE {second_table} ADD COLUMN tenant INT NULL")
+    folder = schema_dir(tmp_path, **{"002_tenant.sql": ADD_COLUMN})
+    with pytest.raises(SchemaError, match=r"002_tenant\.sql failed on .*job_0001.*shard 2 of 3"):
+        await migrate(settings, folder)
+    assert await recorded(settings) == [(1, FIRST, 3, True), (2, "002_tenant.sql", 1, False)]
+    with pytest.raises(SchemaError, match="not applied"):
+        await MySQLStore(settings, "node", schema_dir=folder).open()
+
+    await query(settings, f"ALTER TABLE {second_table} DROP COLUMN tenant")
+    # job_0000 has the column already: running 002 on it again would fail.
+    assert (await migrate(settings, folder)).applied == ["002_tenant.sql"]
+    assert len(await tables_with_column(settings, "tenant")) == 3
+    assert await recorded(settings) == [(1, FIRST, 3, True), (2, "002_tenant.sql", 3, True)]
+
+
+async def test_an_applied_migration_that_was_edited_is_refused(
+    new_database: NewDatabase, tmp_path: Path
+) -> None:
+    settings = await new_database()
+    await migrate(settings, schema_dir(tmp_path, **{"002_tenant.sql": ADD_COLUMN}))
+    edited = schema_dir(tmp_path, **{
+        "002_tenant.sql": ADD_COLUMN.replace("VARCHAR(64)", "VARCHAR(128)")})
+    with pytest.raises(SchemaError, match=r"002_tenant\.sql was changed after it was applied"):
+        await migrate(settings, edited)
+    # Comment lines are not part of the checksum.
+    commented = schema_dir(tmp_path, **{"002_tenant.sql": "-- why: billing\n" + ADD_COLUMN})
+    assert (await migrate(settings, commented)).applied == []
+
+
+def test_migration_files_are_numbered_without_gaps(tmp_path: Path) -> None:
+    assert [m.name for m in load_migrations()] == [FIRST]
+    with pytest.raises(SchemaError, match="without gaps"):
+        load_migrations(schema_dir(tmp_path, **{"003_skipped.sql": ADD_COLUMN}))
+    with pytest.raises(SchemaError, match=r"NNN_name\.sql"):
+        load_migrations(schema_dir(tmp_path, **{"2_short.sql": ADD_COLUMN}))
+    with pytest.raises(SchemaError, match="no SQL statement"):
+        load_migrations(schema_dir(tmp_path, **{"002_empty.sql": "-- nothing yet\n"}))
+
+
+async def test_db_migrate_command_reports_what_it_did(new_database: NewDatabase) -> None:
+    settings = await new_database()
+    env = {**os.environ, "DELAYQ_KEY_PREFIX": settings.key_prefix,
+           "DELAYQ_MYSQL_URL": settings.mysql_url, "DELAYQ_MYSQL_TABLES": "2"}
+
+    def db_migrate() -> str:
+        done = subprocess.run([sys.executable, "-m", "cluster.cli", "db", "migrate"],
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    first = db_migrate()
+    assert f"applied {FIRST} to 2 job table(s)" in first
+    assert "schema ready: 1 migration(s) applied" in first
+    assert "schema up to date: 1 migration(s) applied" in db_migrate()

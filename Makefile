@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install services migrate lint test test-fast faults demo bench benchmarks compare clean
+.PHONY: install services migrate lint format contract test test-fast faults demo bench benchmarks compare clean
 
 install: $(VENV)/.installed
 
@@ -28,7 +28,17 @@ migrate: services
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# Format the tree the way `make lint` checks it.
+format: install
+	$(BIN)/ruff format .
+
+# Regenerate the Lua side of cluster/contract.py (tests/test_contract.py checks it).
+contract: install
+	$(BIN)/python -c 'import sys, cluster.contract as c; sys.stdout.write(c.lua_include())' \
+	  > lua/includes/contract.lua
 
 # The whole suite against the real local stack, which the tests start themselves:
 # once with a single Redis (fault suite included), once with a three-master Redis Cluster.

@@ -2,14 +2,13 @@
 and the delay-member format. Each is defined here once.
 
 The Lua scripts see the same names through lua/includes/contract.lua, which is
-generated from this module (`python -m cluster.contract > lua/includes/contract.lua`);
-tests/test_contract.py fails when the two differ. SQL statements build their status
+generated from this module by `make contract`; tests/test_contract.py fails when the
+two differ. SQL statements build their status
 literals from JobStatus, and the schema's column comment is checked against it too.
 """
 
 from __future__ import annotations
 
-import sys
 from enum import IntEnum, StrEnum, unique
 from typing import AnyStr
 
@@ -131,7 +130,7 @@ def lua_include() -> str:
     lines = [
         "-- The numbers the scripts share with Python and SQL, pulled into a script by the",
         '-- line "--@include contract". Generated from cluster/contract.py by',
-        "--   python -m cluster.contract > lua/includes/contract.lua",
+        "--   make contract",
         "-- do not edit by hand (tests/test_contract.py compares the two).",
     ]
     for prefix, enum in _LUA_ENUMS:
@@ -156,7 +155,3 @@ def lua_include() -> str:
 def sql_status_comment() -> str:
     """The status column's comment in schema/001_jobs.sql, without its asides."""
     return ", ".join(f"{int(s)} {s.name.lower()}" for s in JobStatus)
-
-
-if __name__ == "__main__":
-    sys.stdout.write(lua_include())

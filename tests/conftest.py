@@ -24,6 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from actors.node import Node
 from cluster import DelayClient
 from cluster.config import Settings
+from cluster.keys import KeySpace
 from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import Scripts
 from devstack import stack
@@ -58,29 +59,33 @@ def stack_env() -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture
-async def settings(stack_env: dict[str, str]) -> AsyncIterator[Settings]:
-    """Settings of the stack with a key prefix and a MySQL database of this test's own
-    (one database serves one cluster)."""
-    prefix = f"t{uuid.uuid4().hex[:10]}"
-    base = Settings.from_env().replace(key_prefix=prefix,
+def redis_settings(stack_env: dict[str, str]) -> Settings:
+    """Settings of the stack with a Redis key prefix of this test's own; no MySQL
+    database is made (for tests of Redis and the scripts alone)."""
+    return Settings.from_env().replace(key_prefix=f"t{uuid.uuid4().hex[:10]}",
                                        node_id=f"test-{uuid.uuid4().hex[:6]}")
-    settings = await create_cluster_database(base, f"delayq_{prefix}")
+
+
+@pytest.fixture
+async def settings(redis_settings: Settings) -> AsyncIterator[Settings]:
+    """redis_settings plus a MySQL database of this test's own, migrated (one database
+    serves one cluster)."""
+    prefix = redis_settings.key_prefix
+    settings = await create_cluster_database(redis_settings, f"delayq_{prefix}")
     yield settings
     await drop_cluster_database(settings)
 
 
 @pytest.fixture
-async def redis(settings: Settings) -> AsyncIterator[RedisClient]:
-    client = await open_redis(settings.redis_url)
+async def redis(redis_settings: Settings) -> AsyncIterator[RedisClient]:
+    client = await open_redis(redis_settings.redis_url)
     yield client
     await client.aclose()
 
 
 @pytest.fixture
-def scripts(redis: RedisClient, settings: Settings) -> Scripts:
-    from cluster.keys import KeySpace
-
-    return Scripts(redis, KeySpace(settings.key_prefix))
+def scripts(redis: RedisClient, redis_settings: Settings) -> Scripts:
+    return Scripts(redis, KeySpace(redis_settings.key_prefix))
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ GENERATED = LUA / "includes" / "contract.lua"
 def test_the_lua_include_is_generated_from_the_contract() -> None:
     assert GENERATED.read_text() == lua_include(), (
         "lua/includes/contract.lua is out of date; regenerate it with\n"
-        "  python -m cluster.contract > lua/includes/contract.lua"
+        "  make contract"
     )
 
 

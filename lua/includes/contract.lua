@@ -1,6 +1,6 @@
 -- The numbers the scripts share with Python and SQL, pulled into a script by the
 -- line "--@include contract". Generated from cluster/contract.py by
---   python -m cluster.contract > lua/includes/contract.lua
+--   make contract
 -- do not edit by hand (tests/test_contract.py compares the two).
 
 -- JobStatus

@@ -95,8 +95,11 @@ class Dispatcher(Actor):
         # finishes what it claimed.
         async with asyncio.TaskGroup() as rounds:
             while (slots := await self.next_batch(self.inbox)) is not None:
-                held = [(slot, self.ownership.epoch(slot))
-                        for slot in slots if self.ownership.owns(slot)]
+                held = [
+                    (slot, self.ownership.epoch(slot))
+                    for slot in slots
+                    if self.ownership.owns(slot)
+                ]
                 if not held:
                     continue
                 # Counted as busy before waiting for room, so that a hand-off starting
@@ -105,8 +108,11 @@ class Dispatcher(Actor):
                     self._rounds_in_flight[slot] += 1
                 await in_flight.acquire()
                 try:
-                    still = [(slot, epoch) for slot, epoch in held
-                             if self.ownership.owns(slot) and self.ownership.epoch(slot) == epoch]
+                    still = [
+                        (slot, epoch)
+                        for slot, epoch in held
+                        if self.ownership.owns(slot) and self.ownership.epoch(slot) == epoch
+                    ]
                     sent, more = await self._claim_and_send(still) if still else ({}, [])
                 except Exception as exc:
                     log.warning("claiming from %d slot(s) failed: %s", len(held), exc)
@@ -146,8 +152,12 @@ class Dispatcher(Actor):
             if age_ms > self.lease_ms:
                 # This process was paused since the claim: the slot may have moved on.
                 # Leave the jobs in flight; whoever owns the slot now retries them.
-                log.warning("not publishing %d job(s) of slot %d claimed %.0f ms ago",
-                            len(claimed), slot, age_ms)
+                log.warning(
+                    "not publishing %d job(s) of slot %d claimed %.0f ms ago",
+                    len(claimed),
+                    slot,
+                    age_ms,
+                )
                 continue
             for job in claimed:
                 fires.append(fire_of(job.envelope, job.attempt, now_ms))
@@ -162,15 +172,19 @@ class Dispatcher(Actor):
         return sent, more
 
     async def _finish(
-        self, held: list[tuple[int, int]], sent: dict[int, list[Sent]], deadline: float,
+        self,
+        held: list[tuple[int, int]],
+        sent: dict[int, list[Sent]],
+        deadline: float,
         in_flight: asyncio.Semaphore,
     ) -> None:
         """Wait for the broker until the delivery deadline, then ack what was published
         (one round trip for all slots) and nack the rest."""
         epochs = dict(held)
         try:
-            unique = list({id(item.future): item.future
-                           for items in sent.values() for item in items}.values())
+            unique = list(
+                {id(item.future): item.future for items in sent.values() for item in items}.values()
+            )
             failed: dict[int, str] = {}
             if unique:
                 # The producer may retry a batch for longer than that (an idempotent one
@@ -185,8 +199,11 @@ class Dispatcher(Actor):
                 failpoints.hit("after-publish")
             published: dict[int, list[bytes]] = {}
             for slot, items in sent.items():
-                errors = {item.job_id: failed[id(item.future)]
-                          for item in items if id(item.future) in failed}
+                errors = {
+                    item.job_id: failed[id(item.future)]
+                    for item in items
+                    if id(item.future) in failed
+                }
                 if errors:
                     await self._nack(slot, epochs[slot], errors)
                 ok = [item.job_id for item in items if item.job_id not in errors]
@@ -205,8 +222,10 @@ class Dispatcher(Actor):
     def _error_of(self, future: asyncio.Future[object]) -> str | None:
         """Why a batch was not published by its deadline, or None if it was."""
         if not future.done():
-            return (f"KafkaTimeoutError: not delivered within "
-                    f"{self.settings.kafka_delivery_timeout_ms} ms (kafka_delivery_timeout_ms)")
+            return (
+                f"KafkaTimeoutError: not delivered within "
+                f"{self.settings.kafka_delivery_timeout_ms} ms (kafka_delivery_timeout_ms)"
+            )
         if future.cancelled():
             return "CancelledError: the producer dropped the batch"
         error = future.exception()
@@ -220,7 +239,11 @@ class Dispatcher(Actor):
             log.warning("publishing %d job(s) of slot %d failed: %s", len(job_ids), slot, error)
             try:
                 result = await self.scripts.nack(
-                    slot, epoch, job_ids, error, self.settings.retry_backoff_ms,
+                    slot,
+                    epoch,
+                    job_ids,
+                    error,
+                    self.settings.retry_backoff_ms,
                     self.settings.retry_backoff_max_ms,
                 )
             except Fenced:

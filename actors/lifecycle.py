@@ -64,8 +64,9 @@ class Actor:
             async with asyncio.TaskGroup() as children:
                 self._children = children
                 timers = [
-                    children.create_task(self._every(interval_s, tick),
-                                         name=f"{self.name}:{_name_of(tick)}")
+                    children.create_task(
+                        self._every(interval_s, tick), name=f"{self.name}:{_name_of(tick)}"
+                    )
                     for interval_s, tick in self.timers()
                 ]
                 try:

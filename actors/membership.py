@@ -70,8 +70,13 @@ class Membership(Actor):
     name = "membership"
 
     def __init__(
-        self, settings: Settings, scripts: Scripts, held: HeldSlots, *,
-        on_acquired: Callable[[int], None], quiesce: Callable[[int], Awaitable[None]],
+        self,
+        settings: Settings,
+        scripts: Scripts,
+        held: HeldSlots,
+        *,
+        on_acquired: Callable[[int], None],
+        quiesce: Callable[[int], Awaitable[None]],
     ) -> None:
         super().__init__()
         self.settings = settings
@@ -127,16 +132,19 @@ class Membership(Actor):
                     pass
 
     async def _register(self) -> None:
-        data = orjson.dumps({
-            "node_id": self.settings.node_id, "host": socket.gethostname(), "pid": os.getpid(),
-            "joined_ms": int(time.time() * 1000),
-        })
+        data = orjson.dumps(
+            {
+                "node_id": self.settings.node_id,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "joined_ms": int(time.time() * 1000),
+            }
+        )
         path = await self._zk().create(
             f"{self.root}/members/m-", data=data, ephemeral=True, sequential=True
         )
         self.member = path.rsplit("/", 1)[-1]
-        log.info("joined cluster %s as %s (node %s)", self.root, self.member,
-                 self.settings.node_id)
+        log.info("joined cluster %s as %s (node %s)", self.root, self.member, self.settings.node_id)
 
     def _zk(self) -> ZKClient:
         if self.zk is None:
@@ -184,8 +192,9 @@ class Membership(Actor):
             self.member = None
             await self._register()
             return
-        mine = {slot for slot, m in assign(self.settings.slots, members).items()
-                if m == self.member}
+        mine = {
+            slot for slot, m in assign(self.settings.slots, members).items() if m == self.member
+        }
         for slot in sorted(set(self._claimed) - mine):
             await self._release(slot)
         for slot in sorted(mine - self.held.owned()):
@@ -230,7 +239,8 @@ class Membership(Actor):
                 return
         try:
             new = await zk.set(
-                path, orjson.dumps({"owner": self.member, "node_id": self.settings.node_id}),
+                path,
+                orjson.dumps({"owner": self.member, "node_id": self.settings.node_id}),
                 version=stat.version,
             )
         except exc.BadVersion:
@@ -238,8 +248,9 @@ class Membership(Actor):
         epoch = int(new.version)
         self._claimed[slot] = epoch
         if not await self.scripts.take(slot, epoch):
-            log.error("slot %d: Redis holds an epoch newer than %d; was ZooKeeper reset?",
-                      slot, epoch)
+            log.error(
+                "slot %d: Redis holds an epoch newer than %d; was ZooKeeper reset?", slot, epoch
+            )
             return
         if self.member is None or self.stopping:
             return

@@ -116,8 +116,9 @@ class Node:
         mover = Mover(scripts, held, scanner, mover_queue, dispatch_queue, s.move_batch)
         dispatcher = Dispatcher(s, scripts, producer, held, scanner, dispatch_queue)
         reaper = RetryReaper(s, scripts, held, scanner)
-        recorder = Recorder(scripts, self.mysql, held, s.record_batch, s.record_interval_ms,
-                            s.marker_retention_ms)
+        recorder = Recorder(
+            scripts, self.mysql, held, s.record_batch, s.record_interval_ms, s.marker_retention_ms
+        )
         listener = WakeListener(s.redis_url, self.keys.wake_channel, held, scanner)
         reconciler = Reconciler(s, self.mysql, scripts, held, reconcile_queue)
 
@@ -125,15 +126,27 @@ class Node:
             scanner.wake(slot, 0)
             reconcile_queue.put_nowait(slot)
 
-        membership = Membership(s, scripts, held, on_acquired=acquired,
-                                quiesce=dispatcher.wait_idle)
+        membership = Membership(
+            s, scripts, held, on_acquired=acquired, quiesce=dispatcher.wait_idle
+        )
         # Stop order: sources of work first, finishers last; membership releases the
         # slots once everything else is done with them.
         supervisor = Supervisor(
             [listener, reconciler, scanner, mover, dispatcher, reaper, recorder, membership]
         )
-        return NodeParts(redis, producer, held, membership, scanner, mover, dispatcher,
-                         reaper, recorder, reconciler, supervisor)
+        return NodeParts(
+            redis,
+            producer,
+            held,
+            membership,
+            scanner,
+            mover,
+            dispatcher,
+            reaper,
+            recorder,
+            reconciler,
+            supervisor,
+        )
 
     async def wait(self) -> None:
         """Until the actors stop (after stop()) or the supervisor gives up."""
@@ -169,8 +182,7 @@ class Node:
 def write_ready_file(path: Path, node: Node) -> None:
     """Say "started" in a file, atomically (a reader never sees half of it)."""
     member = node.parts.membership.member if node.parts is not None else None
-    data = orjson.dumps({"node_id": node.settings.node_id, "member": member,
-                         "pid": os.getpid()})
+    data = orjson.dumps({"node_id": node.settings.node_id, "member": member, "pid": os.getpid()})
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
     temporary.write_bytes(data)
     temporary.replace(path)

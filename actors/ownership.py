@@ -47,8 +47,9 @@ class StaticOwnership:
         return 0
 
     def lost(self, slot: int, epoch: int) -> None:
-        log.error("slot %d is fenced at epoch %d, but static ownership cannot give it up",
-                  slot, epoch)
+        log.error(
+            "slot %d is fenced at epoch %d, but static ownership cannot give it up", slot, epoch
+        )
 
 
 class HeldSlots:

@@ -47,8 +47,10 @@ async def check_redis(redis: RedisClient) -> list[str]:
         appendonly = await _config(redis, "appendonly")
         save = await _config(redis, "save")
     except ResponseError as exc:  # CONFIG is disabled on some managed services
-        return [f"could not read the Redis configuration ({exc}); make sure "
-                "maxmemory-policy is noeviction and persistence is on"]
+        return [
+            f"could not read the Redis configuration ({exc}); make sure "
+            "maxmemory-policy is noeviction and persistence is on"
+        ]
     unsafe = sorted({policy for policy in policies if policy != "noeviction"})
     if unsafe:
         raise UnsafeConfig(

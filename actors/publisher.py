@@ -78,7 +78,11 @@ class Publisher:
         return [_sent(future) for future in futures]
 
     async def _send_topic(
-        self, topic: str, partitions: list[int], fires: Sequence[Fire], indexes: list[int],
+        self,
+        topic: str,
+        partitions: list[int],
+        fires: Sequence[Fire],
+        indexes: list[int],
         futures: list[asyncio.Future[object] | None],
     ) -> None:
         """Send records of one topic whose partitions are known, a batch per partition."""
@@ -87,16 +91,22 @@ class Publisher:
             fire = fires[index]
             size = len(fire.key) + len(fire.value)
             if size > self.max_record_bytes:
-                futures[index] = _failed(MessageSizeTooLargeError(
-                    f"record of {size} bytes is over the {self.max_record_bytes}-byte limit "
-                    "(kafka_max_batch_bytes)"))
+                futures[index] = _failed(
+                    MessageSizeTooLargeError(
+                        f"record of {size} bytes is over the {self.max_record_bytes}-byte limit "
+                        "(kafka_max_batch_bytes)"
+                    )
+                )
                 continue
             targets[partition_of(fire.key_hash, partitions)].append(index)
         for partition, members in targets.items():
             await self._send_batches(topic, partition, fires, members, futures)
 
     def _send_when_known(
-        self, topic: str, fires: Sequence[Fire], indexes: list[int],
+        self,
+        topic: str,
+        fires: Sequence[Fire],
+        indexes: list[int],
         futures: list[asyncio.Future[object] | None],
     ) -> None:
         """Give each record a future now; a task waits for the topic's metadata (up to
@@ -136,7 +146,11 @@ class Publisher:
         await asyncio.gather(*lookups, return_exceptions=True)
 
     async def _send_batches(
-        self, topic: str, partition: int, fires: Sequence[Fire], indexes: list[int],
+        self,
+        topic: str,
+        partition: int,
+        fires: Sequence[Fire],
+        indexes: list[int],
         futures: list[asyncio.Future[object] | None],
     ) -> None:
         batch = self.producer.create_batch()
@@ -148,8 +162,11 @@ class Publisher:
                     await self._submit(batch, topic, partition, members, futures)
                     batch, members = self.producer.create_batch(), []
                 if not self._append(batch, fire):
-                    futures[index] = _failed(MessageSizeTooLargeError(
-                        f"record of {len(fire.value)} bytes does not fit a batch"))
+                    futures[index] = _failed(
+                        MessageSizeTooLargeError(
+                            f"record of {len(fire.value)} bytes does not fit a batch"
+                        )
+                    )
                     continue
             members.append(index)
         if members:
@@ -157,12 +174,15 @@ class Publisher:
 
     def _append(self, batch: Any, fire: Fire) -> bool:
         """Add a record to the batch; False when it does not fit."""
-        added = batch.append(key=fire.key, value=fire.value, timestamp=None,
-                             headers=self.headers)
+        added = batch.append(key=fire.key, value=fire.value, timestamp=None, headers=self.headers)
         return added is not None
 
     async def _submit(
-        self, batch: Any, topic: str, partition: int, members: list[int],
+        self,
+        batch: Any,
+        topic: str,
+        partition: int,
+        members: list[int],
         futures: list[asyncio.Future[object] | None],
     ) -> None:
         # A closed batch is sent at once; an open one would wait out linger_ms first,

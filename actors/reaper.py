@@ -65,8 +65,13 @@ class RetryReaper(Actor):
                     self.ownership.lost(slot, epoch)
                     continue
                 if result.retried or result.dead:
-                    log.info("slot %d: %d in-flight job(s) timed out, %d retried, %d dead",
-                             slot, result.retried + result.dead, result.retried, result.dead)
+                    log.info(
+                        "slot %d: %d in-flight job(s) timed out, %d retried, %d dead",
+                        slot,
+                        result.retried + result.dead,
+                        result.retried,
+                        result.dead,
+                    )
                     self.retried_total += result.retried
                     self.dead_total += result.dead
                 if result.earliest_due_ms != NO_TIME:

@@ -60,8 +60,13 @@ def load_bound_ms(settings: Settings) -> int:
 
 
 async def reconcile(
-    settings: Settings, mysql: MySQLStore, scripts: Scripts, slots: Iterable[int],
-    *, since_ms: int | None = None, until_ms: int | None = None,
+    settings: Settings,
+    mysql: MySQLStore,
+    scripts: Scripts,
+    slots: Iterable[int],
+    *,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
 ) -> ReconcileResult:
     """Add to Redis every pending or retrying job of `slots` due in [since_ms, until_ms)
     (unbounded where None) that Redis does not hold."""
@@ -90,8 +95,10 @@ async def reconcile(
                     result.refused += statuses.count(AddCode.REFUSED)
                 result.examined += len(rows)
                 last = rows[-1]
-                cursor = (dt.datetime.fromtimestamp(last.due_ms / 1000, dt.UTC)
-                          .replace(tzinfo=None), last.job_id)
+                cursor = (
+                    dt.datetime.fromtimestamp(last.due_ms / 1000, dt.UTC).replace(tzinfo=None),
+                    last.job_id,
+                )
     return result
 
 
@@ -99,7 +106,11 @@ class Reconciler(Actor):
     name = "reconciler"
 
     def __init__(
-        self, settings: Settings, mysql: MySQLStore, scripts: Scripts, ownership: Ownership,
+        self,
+        settings: Settings,
+        mysql: MySQLStore,
+        scripts: Scripts,
+        ownership: Ownership,
         inbox: SlotQueue,
     ) -> None:
         super().__init__()
@@ -115,8 +126,10 @@ class Reconciler(Actor):
 
     def timers(self) -> list[tuple[float, Tick]]:
         s = self.settings
-        return [(s.reconcile_interval_ms / 1000, self._sweep),
-                (s.redis_horizon_ms / 4000, self._load_ahead_tick)]
+        return [
+            (s.reconcile_interval_ms / 1000, self._sweep),
+            (s.redis_horizon_ms / 4000, self._load_ahead_tick),
+        ]
 
     async def body(self) -> None:
         """Full passes over the slots that come through the inbox (taken slots, the
@@ -125,8 +138,9 @@ class Reconciler(Actor):
             owned = [slot for slot in slots if self.ownership.owns(slot)]
             until = load_bound_ms(self.settings)
             try:
-                result = await reconcile(self.settings, self.mysql, self.scripts, owned,
-                                         until_ms=until)
+                result = await reconcile(
+                    self.settings, self.mysql, self.scripts, owned, until_ms=until
+                )
             except Exception as exc:
                 log.warning("reconciling %d slot(s) failed, will retry: %s", len(owned), exc)
                 await self.sleep(1)
@@ -139,8 +153,12 @@ class Reconciler(Actor):
             if result.readded:
                 # Jobs that came within the horizon since the slot's last owner loaded
                 # it, or that Redis lost.
-                log.info("added %d job(s) from MySQL to %d slot(s) (%d examined)",
-                         result.readded, len(owned), result.examined)
+                log.info(
+                    "added %d job(s) from MySQL to %d slot(s) (%d examined)",
+                    result.readded,
+                    len(owned),
+                    result.examined,
+                )
 
     async def _sweep(self) -> None:
         """Every reconcile_interval_ms, a full pass over every owned slot."""
@@ -167,8 +185,9 @@ class Reconciler(Actor):
         for since, slots in by_since.items():
             if since >= until:
                 continue
-            result = await reconcile(self.settings, self.mysql, self.scripts, slots,
-                                     since_ms=since, until_ms=until)
+            result = await reconcile(
+                self.settings, self.mysql, self.scripts, slots, since_ms=since, until_ms=until
+            )
             for slot in slots:  # a take-time pass meanwhile may have gone further
                 self._loaded_until[slot] = max(self._loaded_until.get(slot, 0), until)
             added += result.readded

@@ -77,18 +77,25 @@ class Recorder(Actor):
                 journals = await self.scripts.read_journals(slots, self.batch)
                 by_slot = {
                     slot: [parse_entry(entry, slot) for entry in entries]
-                    for slot, entries in zip(slots, journals, strict=True) if entries
+                    for slot, entries in zip(slots, journals, strict=True)
+                    if entries
                 }
                 if not by_slot:
                     return True
                 await self.mysql.record_outcomes(
                     [outcome for outcomes in by_slot.values() for outcome in outcomes]
                 )
-                fenced = await self.scripts.trim_journals({
-                    slot: (epochs[slot], len(outcomes),
-                           [o.job_id for o in outcomes if o.status == JobStatus.FIRED])
-                    for slot, outcomes in by_slot.items()
-                }, self.marker_retention_ms)
+                fenced = await self.scripts.trim_journals(
+                    {
+                        slot: (
+                            epochs[slot],
+                            len(outcomes),
+                            [o.job_id for o in outcomes if o.status == JobStatus.FIRED],
+                        )
+                        for slot, outcomes in by_slot.items()
+                    },
+                    self.marker_retention_ms,
+                )
             except Exception as exc:
                 log.warning("recording outcomes failed (kept in Redis): %s", exc)
                 return False
@@ -98,7 +105,8 @@ class Recorder(Actor):
                 len(outcomes) for slot, outcomes in by_slot.items() if slot not in fenced
             )
             slots = [
-                slot for slot, outcomes in by_slot.items()
+                slot
+                for slot, outcomes in by_slot.items()
                 if len(outcomes) == self.batch and slot not in fenced
             ]
         return True

@@ -33,7 +33,10 @@ class SlotScanner(Actor):
     name = "slot-scanner"
 
     def __init__(
-        self, ownership: Ownership, mover_queue: SlotQueue, safety_wake_ms: int,
+        self,
+        ownership: Ownership,
+        mover_queue: SlotQueue,
+        safety_wake_ms: int,
         clock_offset_ms: int = 0,
     ) -> None:
         super().__init__()

@@ -84,8 +84,9 @@ class Supervisor:
             try:
                 await asyncio.wait_for(asyncio.shield(task), self.stop_timeout_s)
             except TimeoutError:
-                log.error("%s did not stop within %.0f s; cancelling it",
-                          actor.name, self.stop_timeout_s)
+                log.error(
+                    "%s did not stop within %.0f s; cancelling it", actor.name, self.stop_timeout_s
+                )
                 task.cancel()
             except Exception:  # its crash was logged by _keep_running
                 pass

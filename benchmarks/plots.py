@@ -19,8 +19,11 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 COLORS = {"delayq": "tab:blue", "bullmq": "tab:orange", "arq": "tab:green"}
-LABELS = {"delayq": "delayq (at a Kafka consumer)", "bullmq": "BullMQ (in its worker)",
-          "arq": "arq (in its worker)"}
+LABELS = {
+    "delayq": "delayq (at a Kafka consumer)",
+    "bullmq": "BullMQ (in its worker)",
+    "arq": "arq (in its worker)",
+}
 MIN_LATENESS_MS = 0.1  # the log axis starts here; anything below is drawn at it
 PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 200, not 2×10²
 
@@ -35,11 +38,14 @@ def plot_all(run: Result, img_dir: Path) -> list[Path]:
     if "steady" in scenarios:
         figures["bench-steady-lateness-cdf"] = lateness_cdf(scenarios["steady"])
         figures["bench-steady-fire-rate"] = fire_rate(
-            scenarios["steady"], f"Steady: {scenarios['steady']['rate_per_s']:,} jobs/s due")
+            scenarios["steady"], f"Steady: {scenarios['steady']['rate_per_s']:,} jobs/s due"
+        )
     if "burst" in scenarios:
         figures["bench-burst-fire-rate"] = fire_rate(
-            scenarios["burst"], f"Burst: {scenarios['burst']['jobs']:,} jobs due in one second",
-            per_buckets=10)
+            scenarios["burst"],
+            f"Burst: {scenarios['burst']['jobs']:,} jobs due in one second",
+            per_buckets=10,
+        )
     if "scale" in scenarios:
         figures["bench-scale"] = scale(scenarios["scale"])
     paths = []
@@ -66,8 +72,9 @@ def lateness_cdf(scenario: Result) -> Figure:
     ax.xaxis.set_major_formatter(PLAIN)
     ax.set_xlabel("lateness: receive time − due time (ms, log scale)")
     ax.set_ylabel("fraction of jobs")
-    ax.set_title(f"Steady: {scenario['rate_per_s']:,} jobs/s for {scenario['seconds']:g} s "
-                 "— lateness CDF")
+    ax.set_title(
+        f"Steady: {scenario['rate_per_s']:,} jobs/s for {scenario['seconds']:g} s — lateness CDF"
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="lower right")
     return figure
@@ -82,16 +89,23 @@ def fire_rate(scenario: Result, title: str, per_buckets: int = 1) -> Figure:
         series = r["series"]
         step_s = series["bucket_ms"] * per_buckets / 1000
         counts = series["counts"]
-        sums = [sum(counts[i:i + per_buckets]) for i in range(0, len(counts), per_buckets)]
+        sums = [sum(counts[i : i + per_buckets]) for i in range(0, len(counts), per_buckets)]
         times = [series["start_s"] + i * step_s for i in range(len(sums))]
         label = LABELS[name]
         if r.get("fire_times") == "publish":
             label = "delayq (handed to Kafka by the node)"
-        ax.step(times, [c / step_s for c in sums], where="post", color=COLORS[name],
-                linewidth=1, label=f"{label}, {r['jobs']:,} jobs")
+        ax.step(
+            times,
+            [c / step_s for c in sums],
+            where="post",
+            color=COLORS[name],
+            linewidth=1,
+            label=f"{label}, {r['jobs']:,} jobs",
+        )
     if "rate_per_s" in scenario:
-        ax.axhline(scenario["rate_per_s"], color="grey", linestyle="--", linewidth=1,
-                   label="due rate")
+        ax.axhline(
+            scenario["rate_per_s"], color="grey", linestyle="--", linewidth=1, label="due rate"
+        )
     ax.set_xlabel("seconds since the first due time")
     ax.set_ylabel(f"jobs fired per second ({round(100 * per_buckets)} ms buckets)")
     ax.set_title(title)
@@ -101,16 +115,22 @@ def fire_rate(scenario: Result, title: str, per_buckets: int = 1) -> Figure:
 
 
 def scale(scenario: Result) -> Figure:
-    nodes = [n for n in scenario["nodes"]
-             if "error" not in scenario["steady"][str(n)]
-             and "error" not in scenario["burst"][str(n)]]
+    nodes = [
+        n
+        for n in scenario["nodes"]
+        if "error" not in scenario["steady"][str(n)] and "error" not in scenario["burst"][str(n)]
+    ]
     steady = [scenario["steady"][str(n)] for n in nodes]
     burst = [scenario["burst"][str(n)] for n in nodes]
     figure, (rates, late) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
     rates.plot(nodes, [r["peak_fire_rate_per_s"] for r in burst], "o-", label="burst: peak")
     rates.plot(nodes, [r["drain_fire_rate_per_s"] for r in burst], "o-", label="burst: mean")
-    rates.plot(nodes, [r["mean_fire_rate_per_s"] for r in steady], "o-",
-               label=f"steady ({scenario['rate_per_s']:,}/s due): mean")
+    rates.plot(
+        nodes,
+        [r["mean_fire_rate_per_s"] for r in steady],
+        "o-",
+        label=f"steady ({scenario['rate_per_s']:,}/s due): mean",
+    )
     rates.set_ylabel("jobs fired per second")
     late.plot(nodes, [r["lateness_ms"]["p99"] for r in steady], "o-", label="steady p99")
     late.plot(nodes, [r["lateness_ms"]["p99"] for r in burst], "o-", label="burst p99")
@@ -124,6 +144,8 @@ def scale(scenario: Result) -> Figure:
         ax.grid(True, alpha=0.3)
         ax.legend()
     rates.set_ylim(bottom=0)
-    figure.suptitle(f"delayq on one machine: {scenario['burst_jobs']:,}-job burst and "
-                    "steady load against the node count")
+    figure.suptitle(
+        f"delayq on one machine: {scenario['burst_jobs']:,}-job burst and "
+        "steady load against the node count"
+    )
     return figure

@@ -10,8 +10,13 @@ from typing import Any
 BEGIN = "<!-- harness:begin -->"
 END = "<!-- harness:end -->"
 HEADING = "## Side by side with BullMQ and arq (harness)"
-NAMES = {"delayq": "delayq", "bullmq": "BullMQ", "arq": "arq",
-         "delayq_node": "delayq, 1 node", "delayq_near": "delayq, due in 2–4 min"}
+NAMES = {
+    "delayq": "delayq",
+    "bullmq": "BullMQ",
+    "arq": "arq",
+    "delayq_node": "delayq, 1 node",
+    "delayq_near": "delayq, due in 2–4 min",
+}
 PEERS = ("bullmq", "arq")
 LATE_MARK = "†"
 
@@ -73,60 +78,126 @@ def lat(r: Result, q: str) -> float | None:
 
 
 def error_row(name: str, r: Result, width: int) -> list[str]:
-    return [NAMES.get(name, name), f"failed: {r['error'].splitlines()[0][:80]}",
-            *[""] * (width - 2)]
+    return [
+        NAMES.get(name, name),
+        f"failed: {r['error'].splitlines()[0][:80]}",
+        *[""] * (width - 2),
+    ]
 
 
 # ----- scenario tables -----------------------------------------------------------------
 
 
 def steady_table(s: Result) -> str:
-    headers = ["system", "jobs", "add rate", "lateness p50", "p99", "p99.9", "max",
-               "peak fire rate", "received / missing / early"]
+    headers = [
+        "system",
+        "jobs",
+        "add rate",
+        "lateness p50",
+        "p99",
+        "p99.9",
+        "max",
+        "peak fire rate",
+        "received / missing / early",
+    ]
     rows: list[list[str]] = []
     results: dict[str, Result] = s["results"]
     for name, r in results.items():
         if "error" in r:
             rows.append(error_row(name, r, len(headers)))
             continue
-        rows.append([NAMES[name], count(r["jobs"]), add_rate(r), ms(lat(r, "p50")),
-                     ms(lat(r, "p99")), ms(lat(r, "p999")), ms(lat(r, "max")),
-                     rate(r["peak_fire_rate_per_s"]), tally(r)])
+        rows.append(
+            [
+                NAMES[name],
+                count(r["jobs"]),
+                add_rate(r),
+                ms(lat(r, "p50")),
+                ms(lat(r, "p99")),
+                ms(lat(r, "p999")),
+                ms(lat(r, "max")),
+                rate(r["peak_fire_rate_per_s"]),
+                tally(r),
+            ]
+        )
     for d, p in ratio_pairs(results, ["delayq"]):
-        rows.append([f"{NAMES[d]} ÷ {NAMES[p]}", "", ratio(results, d, p, "add_rate_per_s"),
-                     *(times(lat(results[d], q), lat(results[p], q))
-                       for q in ("p50", "p99", "p999", "max")),
-                     ratio(results, d, p, "peak_fire_rate_per_s"), ""])
+        rows.append(
+            [
+                f"{NAMES[d]} ÷ {NAMES[p]}",
+                "",
+                ratio(results, d, p, "add_rate_per_s"),
+                *(
+                    times(lat(results[d], q), lat(results[p], q))
+                    for q in ("p50", "p99", "p999", "max")
+                ),
+                ratio(results, d, p, "peak_fire_rate_per_s"),
+                "",
+            ]
+        )
     return table(headers, rows)
 
 
 def burst_table(s: Result) -> str:
-    headers = ["system", "jobs", "add rate", "drain", "mean fire rate", "peak fire rate",
-               "lateness p50", "p99", "max", "received / missing / early"]
+    headers = [
+        "system",
+        "jobs",
+        "add rate",
+        "drain",
+        "mean fire rate",
+        "peak fire rate",
+        "lateness p50",
+        "p99",
+        "max",
+        "received / missing / early",
+    ]
     rows: list[list[str]] = []
     results: dict[str, Result] = s["results"]
     for name, r in results.items():
         if "error" in r:
             rows.append(error_row(name, r, len(headers)))
             continue
-        rows.append([NAMES[name], count(r["jobs"]), add_rate(r), seconds(r["drain_s"]),
-                     rate(r["drain_fire_rate_per_s"]), rate(r["peak_fire_rate_per_s"]),
-                     ms(lat(r, "p50")), ms(lat(r, "p99")), ms(lat(r, "max")), tally(r)])
+        rows.append(
+            [
+                NAMES[name],
+                count(r["jobs"]),
+                add_rate(r),
+                seconds(r["drain_s"]),
+                rate(r["drain_fire_rate_per_s"]),
+                rate(r["peak_fire_rate_per_s"]),
+                ms(lat(r, "p50")),
+                ms(lat(r, "p99")),
+                ms(lat(r, "max")),
+                tally(r),
+            ]
+        )
     for d, p in ratio_pairs(results, ["delayq"]):
-        rows.append([f"{NAMES[d]} ÷ {NAMES[p]}", "", ratio(results, d, p, "add_rate_per_s"),
-                     ratio(results, d, p, "drain_s"),
-                     ratio(results, d, p, "drain_fire_rate_per_s"),
-                     ratio(results, d, p, "peak_fire_rate_per_s"),
-                     times(lat(results[d], "p50"), lat(results[p], "p50")),
-                     times(lat(results[d], "p99"), lat(results[p], "p99")),
-                     times(lat(results[d], "max"), lat(results[p], "max")), ""])
+        rows.append(
+            [
+                f"{NAMES[d]} ÷ {NAMES[p]}",
+                "",
+                ratio(results, d, p, "add_rate_per_s"),
+                ratio(results, d, p, "drain_s"),
+                ratio(results, d, p, "drain_fire_rate_per_s"),
+                ratio(results, d, p, "peak_fire_rate_per_s"),
+                times(lat(results[d], "p50"), lat(results[p], "p50")),
+                times(lat(results[d], "p99"), lat(results[p], "p99")),
+                times(lat(results[d], "max"), lat(results[p], "max")),
+                "",
+            ]
+        )
     return table(headers, rows)
 
 
 def backlog_table(s: Result) -> str:
-    headers = ["system", "jobs", "add rate", "Redis bytes / job (used_memory)",
-               "own keys: MEMORY USAGE / job", "own keys",
-               "used_memory after cleanup − before", "MySQL bytes / job (not in Redis)"]
+    headers = [
+        "system",
+        "jobs",
+        "add rate",
+        "Redis bytes / job (used_memory)",
+        "own keys: MEMORY USAGE / job",
+        "own keys",
+        "used_memory after cleanup − before",
+        "MySQL bytes / job (not in Redis)",
+    ]
     rows: list[list[str]] = []
     results: dict[str, Result] = s["results"]
     for name, r in results.items():
@@ -135,21 +206,48 @@ def backlog_table(s: Result) -> str:
             continue
         memory = r["redis"]
         returned = memory["used_memory_after_cleanup"] - memory["used_memory_before"]
-        rows.append([NAMES[name], count(r["jobs"]), rate(r["add_rate_per_s"]),
-                     f"{r['redis_bytes_per_job']:,.1f}", f"{r['own_keys_bytes_per_job']:,.1f}",
-                     count(memory["own_keys"]), f"{returned / 2**20:+.1f} MiB",
-                     f"≈ {r['mysql_bytes_per_job_approx']:,.0f}"
-                     if "mysql_bytes_per_job_approx" in r else "—"])
+        rows.append(
+            [
+                NAMES[name],
+                count(r["jobs"]),
+                rate(r["add_rate_per_s"]),
+                f"{r['redis_bytes_per_job']:,.1f}",
+                f"{r['own_keys_bytes_per_job']:,.1f}",
+                count(memory["own_keys"]),
+                f"{returned / 2**20:+.1f} MiB",
+                f"≈ {r['mysql_bytes_per_job_approx']:,.0f}"
+                if "mysql_bytes_per_job_approx" in r
+                else "—",
+            ]
+        )
     for d, p in ratio_pairs(results, ["delayq_node", "delayq_near"]):
-        rows.append([f"{NAMES[d]} ÷ {NAMES[p]}", "", ratio(results, d, p, "add_rate_per_s"),
-                     ratio(results, d, p, "redis_bytes_per_job"),
-                     ratio(results, d, p, "own_keys_bytes_per_job"), "", "", ""])
+        rows.append(
+            [
+                f"{NAMES[d]} ÷ {NAMES[p]}",
+                "",
+                ratio(results, d, p, "add_rate_per_s"),
+                ratio(results, d, p, "redis_bytes_per_job"),
+                ratio(results, d, p, "own_keys_bytes_per_job"),
+                "",
+                "",
+                "",
+            ]
+        )
     return table(headers, rows)
 
 
 def scale_table(s: Result) -> str:
-    headers = ["nodes", "steady: mean fire rate", "p50", "p99", "burst: drain",
-               "mean fire rate", "peak fire rate", "p99", "missing (steady / burst)"]
+    headers = [
+        "nodes",
+        "steady: mean fire rate",
+        "p50",
+        "p99",
+        "burst: drain",
+        "mean fire rate",
+        "peak fire rate",
+        "p99",
+        "missing (steady / burst)",
+    ]
     rows: list[list[str]] = []
     for n in s["nodes"]:
         st, bu = s["steady"][str(n)], s["burst"][str(n)]
@@ -157,29 +255,45 @@ def scale_table(s: Result) -> str:
             rows.append(error_row(str(n), st if "error" in st else bu, len(headers)))
             continue
         reused = " (reused)" if st.get("reused") or bu.get("reused") else ""
-        rows.append([f"{n}{reused}", rate(st["mean_fire_rate_per_s"]), ms(lat(st, "p50")),
-                     ms(lat(st, "p99")), seconds(bu["drain_s"]),
-                     rate(bu["drain_fire_rate_per_s"]), rate(bu["peak_fire_rate_per_s"]),
-                     ms(lat(bu, "p99")), f"{count(st['missing'])} / {count(bu['missing'])}"])
+        rows.append(
+            [
+                f"{n}{reused}",
+                rate(st["mean_fire_rate_per_s"]),
+                ms(lat(st, "p50")),
+                ms(lat(st, "p99")),
+                seconds(bu["drain_s"]),
+                rate(bu["drain_fire_rate_per_s"]),
+                rate(bu["peak_fire_rate_per_s"]),
+                ms(lat(bu, "p99")),
+                f"{count(st['missing'])} / {count(bu['missing'])}",
+            ]
+        )
     first, last = str(s["nodes"][0]), str(s["nodes"][-1])
-    st0, st1, bu0, bu1 = s["steady"][first], s["steady"][last], s["burst"][first], \
-        s["burst"][last]
+    st0, st1, bu0, bu1 = s["steady"][first], s["steady"][last], s["burst"][first], s["burst"][last]
     if first != last and not any("error" in r for r in (st0, st1, bu0, bu1)):
-        rows.append([f"{first} → {last}", times(st1["mean_fire_rate_per_s"],
-                                               st0["mean_fire_rate_per_s"]),
-                     times(lat(st1, "p50"), lat(st0, "p50")),
-                     times(lat(st1, "p99"), lat(st0, "p99")),
-                     times(bu1["drain_s"], bu0["drain_s"]),
-                     times(bu1["drain_fire_rate_per_s"], bu0["drain_fire_rate_per_s"]),
-                     times(bu1["peak_fire_rate_per_s"], bu0["peak_fire_rate_per_s"]),
-                     times(lat(bu1, "p99"), lat(bu0, "p99")), ""])
+        rows.append(
+            [
+                f"{first} → {last}",
+                times(st1["mean_fire_rate_per_s"], st0["mean_fire_rate_per_s"]),
+                times(lat(st1, "p50"), lat(st0, "p50")),
+                times(lat(st1, "p99"), lat(st0, "p99")),
+                times(bu1["drain_s"], bu0["drain_s"]),
+                times(bu1["drain_fire_rate_per_s"], bu0["drain_fire_rate_per_s"]),
+                times(bu1["peak_fire_rate_per_s"], bu0["peak_fire_rate_per_s"]),
+                times(lat(bu1, "p99"), lat(bu0, "p99")),
+                "",
+            ]
+        )
     return table(headers, rows)
 
 
 def ratio_pairs(results: dict[str, Result], mine: list[str]) -> list[tuple[str, str]]:
-    return [(d, p) for d in mine for p in PEERS
-            if d in results and p in results and "error" not in results[d]
-            and "error" not in results[p]]
+    return [
+        (d, p)
+        for d in mine
+        for p in PEERS
+        if d in results and p in results and "error" not in results[d] and "error" not in results[p]
+    ]
 
 
 def ratio(results: dict[str, Result], d: str, p: str, key: str) -> str:
@@ -193,16 +307,21 @@ def titles(run: Result) -> dict[str, str]:
     s, o = run["scenarios"], run["options"]
     out = {}
     if "steady" in s:
-        out["steady"] = (f"Steady: {o['rate']:,} jobs/s due for {o['seconds']:g} s "
-                         f"({s['steady']['jobs']:,} jobs)")
+        out["steady"] = (
+            f"Steady: {o['rate']:,} jobs/s due for {o['seconds']:g} s "
+            f"({s['steady']['jobs']:,} jobs)"
+        )
     if "burst" in s:
         out["burst"] = f"Burst: {o['burst_jobs']:,} jobs due within the same second"
     if "backlog" in s:
-        out["backlog"] = (f"Backlog: {o['backlog_jobs']:,} jobs due an hour ahead, spread "
-                          "over an hour")
+        out["backlog"] = (
+            f"Backlog: {o['backlog_jobs']:,} jobs due an hour ahead, spread over an hour"
+        )
     if "scale" in s:
-        out["scale"] = (f"Scale: delayq with {', '.join(map(str, o['nodes']))} nodes, the "
-                        "steady and the burst load")
+        out["scale"] = (
+            f"Scale: delayq with {', '.join(map(str, o['nodes']))} nodes, the "
+            "steady and the burst load"
+        )
     return out
 
 
@@ -215,29 +334,31 @@ def horizon_note(run: Result) -> str:
 
 def scenario_notes(run: Result) -> dict[str, str]:
     o = run["options"]
-    cap = (f"arq runs at most {o['arq_max_jobs']:,} jobs here (it fires about 1,000/s): "
-           "its rates compare per second, its drain does not.")
+    cap = (
+        f"arq runs at most {o['arq_max_jobs']:,} jobs here (it fires about 1,000/s): "
+        "its rates compare per second, its drain does not."
+    )
     return {
         "steady": "Lateness = receive time − due time; ratios are delayq ÷ peer.",
         "burst": "Drain = last fire − first due; mean fire rate = jobs ÷ drain; "
-                 "peak = most fired in any 1 s. A peer's job fires when its worker "
-                 "receives it; a delayq job when its node hands the record to Kafka (the "
-                 "record's timestamp): one Python consumer on the same two cores reads a "
-                 "million records slower than a node publishes them, so its receive "
-                 "times would measure the consumer (they are in the JSON, at_consumer). "
-                 "Lateness is at the consumer for every system. " + cap,
+        "peak = most fired in any 1 s. A peer's job fires when its worker "
+        "receives it; a delayq job when its node hands the record to Kafka (the "
+        "record's timestamp): one Python consumer on the same two cores reads a "
+        "million records slower than a node publishes them, so its receive "
+        "times would measure the consumer (they are in the JSON, at_consumer). "
+        "Lateness is at the consumer for every system. " + cap,
         "backlog": "Redis bytes / job = (INFO used_memory after adding − before) ÷ jobs; "
-                   "own keys: MEMORY USAGE of the system's own keys (every element "
-                   "counted) ÷ jobs, which other clients of the same Redis cannot "
-                   "disturb (it leaves out the server's main key table). "
-                   "delayq three ways: the client alone, with one node holding the slots, "
-                   "and the client alone with the jobs due in 2–4 minutes, inside "
-                   "redis_horizon_ms (a job due later stays in MySQL alone until its slot's "
-                   "node loads it); MySQL is in neither Redis figure. "
-                   + f"arq adds at most {o['arq_max_jobs']:,} jobs here; its add rate and "
-                   "bytes per job still compare." + horizon_note(run),
+        "own keys: MEMORY USAGE of the system's own keys (every element "
+        "counted) ÷ jobs, which other clients of the same Redis cannot "
+        "disturb (it leaves out the server's main key table). "
+        "delayq three ways: the client alone, with one node holding the slots, "
+        "and the client alone with the jobs due in 2–4 minutes, inside "
+        "redis_horizon_ms (a job due later stays in MySQL alone until its slot's "
+        "node loads it); MySQL is in neither Redis figure. "
+        + f"arq adds at most {o['arq_max_jobs']:,} jobs here; its add rate and "
+        "bytes per job still compare." + horizon_note(run),
         "scale": "One machine: every node shares the same cores with Redis, MariaDB, the "
-                 "broker and the consumer. The last row is the last node count ÷ the first.",
+        "broker and the consumer. The last row is the last node count ÷ the first.",
     }
 
 
@@ -245,13 +366,16 @@ def machine_line(m: Result) -> str:
     git = m["git"]
     changed = git["uncommitted_changes"]
     tree = f"git {str(git['commit'])[:10]}" + (
-        f" with uncommitted changes in {', '.join(changed)}" if changed else "")
-    return (f"{m['cpus']} × {m['cpu_model']}, {m['memory_gib']} GiB, {m['os']} "
-            f"({m['platform']}); Python {m['python']}, Node {m['node']}; Redis {m['redis']}, "
-            f"MariaDB {m['mariadb']}, {m['kafka_broker']}; BullMQ {m['bullmq']}, "
-            f"arq {m['arq']}; {tree}; load average at start "
-            f"{', '.join(map(str, m['loadavg_at_start']))}. The stores, the broker, every "
-            "system and its consumer share these cores.")
+        f" with uncommitted changes in {', '.join(changed)}" if changed else ""
+    )
+    return (
+        f"{m['cpus']} × {m['cpu_model']}, {m['memory_gib']} GiB, {m['os']} "
+        f"({m['platform']}); Python {m['python']}, Node {m['node']}; Redis {m['redis']}, "
+        f"MariaDB {m['mariadb']}, {m['kafka_broker']}; BullMQ {m['bullmq']}, "
+        f"arq {m['arq']}; {tree}; load average at start "
+        f"{', '.join(map(str, m['loadavg_at_start']))}. The stores, the broker, every "
+        "system and its consumer share these cores."
+    )
 
 
 HOW = """\
@@ -274,10 +398,15 @@ HOW = """\
 
 def scenario_tables(run: Result) -> list[tuple[str, str, str]]:
     """(scenario, title, table) for every scenario that ran."""
-    builders = {"steady": steady_table, "burst": burst_table, "backlog": backlog_table,
-                "scale": scale_table}
-    return [(name, title, builders[name](run["scenarios"][name]))
-            for name, title in titles(run).items()]
+    builders = {
+        "steady": steady_table,
+        "burst": burst_table,
+        "backlog": backlog_table,
+        "scale": scale_table,
+    }
+    return [
+        (name, title, builders[name](run["scenarios"][name])) for name, title in titles(run).items()
+    ]
 
 
 def section(run: Result, images: Sequence[Path]) -> str:
@@ -294,8 +423,11 @@ def section(run: Result, images: Sequence[Path]) -> str:
     notes = scenario_notes(run)
     for name, title, text in scenario_tables(run):
         parts += [f"### {title}", text, notes[name]]
-        parts += [f"![{stem}]({path})" for stem, path in by_name.items()
-                  if stem.startswith(f"bench-{name}")]
+        parts += [
+            f"![{stem}]({path})"
+            for stem, path in by_name.items()
+            if stem.startswith(f"bench-{name}")
+        ]
     return "\n\n".join(parts) + "\n"
 
 

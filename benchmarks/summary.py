@@ -66,8 +66,9 @@ def peak_rate(counts: Sequence[int]) -> int:
     return round(best * 1000 / (BUCKET_MS * window))
 
 
-def summarize(receive_ms: Sequence[float], due_ms: Sequence[float], first_due_ms: float,
-              expected: int) -> dict[str, Any]:
+def summarize(
+    receive_ms: Sequence[float], due_ms: Sequence[float], first_due_ms: float, expected: int
+) -> dict[str, Any]:
     """Every number of a fire run (see the module docstring)."""
     late = sorted(r - d for r, d in zip(receive_ms, due_ms, strict=True))
     n = len(late)

@@ -16,6 +16,14 @@ from cluster.jobs import InvalidJob, Job
 from cluster.mysql_store import JobRecord
 
 __all__ = [
-    "ConfigError", "DeadJob", "DelayClient", "InvalidJob", "Job", "JobRecord", "JobStatus",
-    "OutcomeUnknown", "Settings", "StoreUnavailable",
+    "ConfigError",
+    "DeadJob",
+    "DelayClient",
+    "InvalidJob",
+    "Job",
+    "JobRecord",
+    "JobStatus",
+    "OutcomeUnknown",
+    "Settings",
+    "StoreUnavailable",
 ]

@@ -35,49 +35,63 @@ def _parser() -> argparse.ArgumentParser:
         description="delayq: a distributed delay queue that fires jobs to Kafka at their time.",
     )
     parser.add_argument(
-        "--config", metavar="PATH",
+        "--config",
+        metavar="PATH",
         help="TOML settings file (same as DELAYQ_CONFIG); DELAYQ_* variables override it",
     )
     parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="logging level (default INFO)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     services = commands.add_parser(
-        "services", help="start/stop the local development stack (Redis, MariaDB, "
+        "services",
+        help="start/stop the local development stack (Redis, MariaDB, "
         "ZooKeeper, Tansu) on non-default ports",
         description="The local development and test stack. State lives in "
-        "$DELAYQ_STATE_DIR (default ./.delayq). `eval \"$(delayq services env)\"` points "
+        '$DELAYQ_STATE_DIR (default ./.delayq). `eval "$(delayq services env)"` points '
         "delayq at it.",
     )
     services.add_argument("action", choices=["up", "down", "status", "env"])
-    services.add_argument("--purge", action="store_true",
-                          help="with down: also delete the state folder")
-    services.add_argument("--redis-cluster", action="store_true",
-                          help="also run a three-master Redis Cluster (ports 17001-17003); "
-                          "with env: point DELAYQ_REDIS_URL at it")
+    services.add_argument(
+        "--purge", action="store_true", help="with down: also delete the state folder"
+    )
+    services.add_argument(
+        "--redis-cluster",
+        action="store_true",
+        help="also run a three-master Redis Cluster (ports 17001-17003); "
+        "with env: point DELAYQ_REDIS_URL at it",
+    )
 
     db = commands.add_parser("db", help="database schema")
-    db.add_argument("action", choices=["migrate"],
-                    help="migrate: apply to every shard, in order, the schema/NNN_*.sql "
-                    "migrations the database has not recorded yet (idempotent)")
+    db.add_argument(
+        "action",
+        choices=["migrate"],
+        help="migrate: apply to every shard, in order, the schema/NNN_*.sql "
+        "migrations the database has not recorded yet (idempotent)",
+    )
 
     node = commands.add_parser(
-        "node", help="run a node until SIGTERM or SIGINT",
+        "node",
+        help="run a node until SIGTERM or SIGINT",
         description="Run a node: join the cluster in ZooKeeper, take its share of the "
         "slots, and scan, move, dispatch, reap and record them. Start more nodes (on this "
         "machine or others, with the same settings) to scale; SIGTERM hands its slots "
         "over cleanly.",
     )
     node.add_argument(
-        "--ready-file", metavar="PATH",
+        "--ready-file",
+        metavar="PATH",
         help="write this file (JSON: node_id, member, pid) once the node has started, and "
         "delete it when the node stops: a readiness signal for supervisors and scripts",
     )
 
     cluster = commands.add_parser(
-        "cluster", help="cluster state",
+        "cluster",
+        help="cluster state",
         description="status: the live members (ZooKeeper), which member owns which slot "
         "with its epoch, and each slot's depth in Redis (delay, ready, in flight, dead) "
         "and how late its most overdue job already is.",
@@ -86,18 +100,21 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     recover = commands.add_parser(
-        "recover", help="re-add to Redis the pending jobs it lost, from MySQL",
+        "recover",
+        help="re-add to Redis the pending jobs it lost, from MySQL",
         description="Walk the pending and retrying jobs in MySQL and re-add those Redis "
         "does not hold (after a Redis restart without persistence, FLUSHALL or a lossy "
         "failover). Safe while nodes run: jobs Redis holds are left alone, and jobs "
         "cancelled or fired meanwhile are not brought back. Nodes also do this by "
         "themselves for every slot they take, and periodically.",
     )
-    recover.add_argument("--slot", type=int, action="append",
-                         help="only this slot (repeatable); default every slot")
+    recover.add_argument(
+        "--slot", type=int, action="append", help="only this slot (repeatable); default every slot"
+    )
 
     dead = commands.add_parser(
-        "dead", help="jobs that used up their attempts: list, show, replay, purge",
+        "dead",
+        help="jobs that used up their attempts: list, show, replay, purge",
         description="list: dead jobs with their last error (--topic, --limit). show JOB_ID: "
         "one dead job with its history. replay: give dead jobs a new set of attempts, due "
         "now (a job named by --job-id that is dead in MySQL but no longer in the set, purged "
@@ -107,8 +124,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     dead.add_argument("action", choices=["list", "show", "replay", "purge"])
     dead.add_argument("job", nargs="?", help="with show: the job id")
-    dead.add_argument("--job-id", action="append", dest="job_ids", metavar="JOB_ID",
-                      help="with replay/purge: this job (repeatable)")
+    dead.add_argument(
+        "--job-id",
+        action="append",
+        dest="job_ids",
+        metavar="JOB_ID",
+        help="with replay/purge: this job (repeatable)",
+    )
     dead.add_argument("--topic", help="only jobs of this topic")
     dead.add_argument("--all", action="store_true", help="with replay/purge: every dead job")
     dead.add_argument("--limit", type=int, default=100, help="with list: at most this many")
@@ -129,8 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             from devstack import stack
         except ImportError as exc:  # psutil comes with the local extra only
-            print(f"delayq services: {exc.name} is not installed: pip install 'delayq[local]'",
-                  file=sys.stderr)
+            print(
+                f"delayq services: {exc.name} is not installed: pip install 'delayq[local]'",
+                file=sys.stderr,
+            )
             return 1
         return stack.run(args.action, purge=args.purge, redis_cluster=args.redis_cluster)
     if args.config:
@@ -182,16 +206,20 @@ async def _migrate(settings: Settings) -> int:
     for warning in report.warnings:
         print(f"delayq: warning: {warning}", file=sys.stderr)
     if report.adopted:
-        print(f"adopted a database migrated by an older delayq: recorded "
-              f"{', '.join(report.adopted)} as applied")
+        print(
+            f"adopted a database migrated by an older delayq: recorded "
+            f"{', '.join(report.adopted)} as applied"
+        )
     for name in report.applied:
         print(f"applied {name} to {report.shards} job table(s)")
     if report.newer:
         # A newer delayq migrated this database; its migrations stay as they are.
         print(f"the database also has migration(s) {report.newer} this delayq does not know")
     state = "schema ready" if report.applied else "schema up to date"
-    print(f"{state}: {report.versions} migration(s) applied, {report.shards} job table(s) "
-          f"in {settings.mysql_databases} database(s)")
+    print(
+        f"{state}: {report.versions} migration(s) applied, {report.shards} job table(s) "
+        f"in {settings.mysql_databases} database(s)"
+    )
     return 0
 
 
@@ -216,10 +244,13 @@ async def _recover(settings: Settings, slots: list[int] | None) -> int:
         return 2
     async with DelayClient(settings) as client:
         # Beyond the bound, the owning nodes load jobs as their time nears.
-        result = await reconcile(settings, client.mysql, client.scripts, wanted,
-                                 until_ms=load_bound_ms(settings))
-    print(f"examined {result.examined} pending job(s); re-added {result.readded}; "
-          f"refused {result.refused} (cancelled or fired meanwhile)")
+        result = await reconcile(
+            settings, client.mysql, client.scripts, wanted, until_ms=load_bound_ms(settings)
+        )
+    print(
+        f"examined {result.examined} pending job(s); re-added {result.readded}; "
+        f"refused {result.refused} (cancelled or fired meanwhile)"
+    )
     return 0
 
 
@@ -228,8 +259,10 @@ async def _dead(settings: Settings, args: argparse.Namespace) -> int:
 
     chosen = [args.job_ids is not None, args.topic is not None, args.all]
     if args.action in ("replay", "purge") and sum(chosen) != 1:
-        print(f"delayq dead {args.action}: give exactly one of --job-id, --topic or --all",
-              file=sys.stderr)
+        print(
+            f"delayq dead {args.action}: give exactly one of --job-id, --topic or --all",
+            file=sys.stderr,
+        )
         return 2
     if args.action == "show" and not args.job:
         print("delayq dead show: give a JOB_ID", file=sys.stderr)
@@ -237,9 +270,11 @@ async def _dead(settings: Settings, args: argparse.Namespace) -> int:
     async with DelayClient(settings) as client:
         if args.action == "list":
             for listed in await client.dead_letters(topic=args.topic, limit=args.limit):
-                print(f"{listed.job_id}  topic {listed.topic}  slot {listed.slot}  "
-                      f"died {listed.died_ms}  attempts {listed.attempts}  "
-                      f"error {listed.last_error}")
+                print(
+                    f"{listed.job_id}  topic {listed.topic}  slot {listed.slot}  "
+                    f"died {listed.died_ms}  attempts {listed.attempts}  "
+                    f"error {listed.last_error}"
+                )
             return 0
         if args.action == "show":
             job = await client.dead_job(args.job)
@@ -263,8 +298,11 @@ async def _get(settings: Settings, job_id: str) -> int:
     if record is None:
         print(f"no job {job_id!r}", file=sys.stderr)
         return 1
-    data = {**record.__dict__, "status": record.status.name.lower(),
-            "payload": orjson.loads(record.payload_json)}
+    data = {
+        **record.__dict__,
+        "status": record.status.name.lower(),
+        "payload": orjson.loads(record.payload_json),
+    }
     del data["payload_json"]
     print(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
     return 0

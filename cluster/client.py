@@ -42,7 +42,13 @@ from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import NewJob, Scripts
 
 __all__ = [
-    "DeadJob", "DelayClient", "InvalidJob", "Job", "JobRecord", "JobStatus", "OutcomeUnknown",
+    "DeadJob",
+    "DelayClient",
+    "InvalidJob",
+    "Job",
+    "JobRecord",
+    "JobStatus",
+    "OutcomeUnknown",
     "StoreUnavailable",
 ]
 
@@ -103,7 +109,9 @@ class DelayClient:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         await self.close()
@@ -134,8 +142,15 @@ class DelayClient:
         seconds). A due time in the past fires at once.
         """
         job = validate(
-            topic=topic, payload=payload, delay=delay, at=at, job_id=job_id, biz_id=biz_id,
-            biz_type=biz_type, max_attempts=max_attempts, settings=self.settings,
+            topic=topic,
+            payload=payload,
+            delay=delay,
+            at=at,
+            job_id=job_id,
+            biz_id=biz_id,
+            biz_type=biz_type,
+            max_attempts=max_attempts,
+            settings=self.settings,
         )
         await self._store([job], keyed={job.job_id} if job_id is not None else set())
         return job.job_id
@@ -183,8 +198,8 @@ class DelayClient:
             # that are not may still be on their way, so that outcome stays unknown.
             ids = [job.job_id for job in jobs]
             unknown = OutcomeUnknown(
-                f"MySQL connection lost while committing; the job(s) may be scheduled: {exc}",
-                ids)
+                f"MySQL connection lost while committing; the job(s) may be scheduled: {exc}", ids
+            )
             try:
                 rows = await self.mysql.get_many(ids)
             except unreachable:
@@ -192,9 +207,7 @@ class DelayClient:
             if len(rows) < len(jobs):
                 raise unknown from exc
         except unreachable as exc:
-            raise StoreUnavailable(
-                f"MySQL is unreachable, nothing was scheduled: {exc}"
-            ) from exc
+            raise StoreUnavailable(f"MySQL is unreachable, nothing was scheduled: {exc}") from exc
         else:
             # A caller's job_id may already exist: Redis must get the row MySQL kept,
             # and nothing if that job has fired, was cancelled or is dead.
@@ -208,8 +221,7 @@ class DelayClient:
             row = rows.get(job.job_id)
             if row is None:
                 if job.due_ms < horizon_end:
-                    by_slot[slot].append(
-                        NewJob(job.job_id, job.due_ms, job.max_attempts, job.tail))
+                    by_slot[slot].append(NewJob(job.job_id, job.due_ms, job.max_attempts, job.tail))
             elif row.status in WAITING_STATUSES and row.due_ms < horizon_end:
                 by_slot[slot].append(NewJob.from_record(row))
         if by_slot:
@@ -235,7 +247,10 @@ class DelayClient:
         return record is not None and record.status == JobStatus.CANCELLED
 
     async def reschedule(
-        self, job_id: str, *, delay: float | None = None,
+        self,
+        job_id: str,
+        *,
+        delay: float | None = None,
         at: dt.datetime | float | None = None,
     ) -> bool:
         """Give a job that has not fired a new due time. False if unknown, fired,

@@ -88,12 +88,27 @@ class Settings:
         if self.slots > 65536:
             raise ConfigError(f"slots must be <= 65536, got {self.slots}")
         for name in (
-            "mysql_databases", "mysql_tables", "payload_max_bytes", "default_max_attempts",
-            "move_batch", "claim_batch", "dispatch_concurrency", "record_batch",
-            "record_interval_ms", "marker_retention_ms", "reconcile_interval_ms",
-            "safety_wake_ms", "reap_interval_ms", "inflight_timeout_ms",
-            "retry_backoff_ms", "retry_backoff_max_ms", "queue_size", "kafka_request_timeout_ms",
-            "kafka_delivery_timeout_ms", "kafka_max_batch_bytes", "zk_session_timeout_ms",
+            "mysql_databases",
+            "mysql_tables",
+            "payload_max_bytes",
+            "default_max_attempts",
+            "move_batch",
+            "claim_batch",
+            "dispatch_concurrency",
+            "record_batch",
+            "record_interval_ms",
+            "marker_retention_ms",
+            "reconcile_interval_ms",
+            "safety_wake_ms",
+            "reap_interval_ms",
+            "inflight_timeout_ms",
+            "retry_backoff_ms",
+            "retry_backoff_max_ms",
+            "queue_size",
+            "kafka_request_timeout_ms",
+            "kafka_delivery_timeout_ms",
+            "kafka_max_batch_bytes",
+            "zk_session_timeout_ms",
             "redis_horizon_ms",
         ):
             if getattr(self, name) < 1:
@@ -121,8 +136,9 @@ class Settings:
         if not self.zk_root.startswith("/") or (self.zk_root.endswith("/") and self.zk_root != "/"):
             raise ConfigError(f"zk_root must be an absolute znode path, got {self.zk_root!r}")
         if not self.key_prefix or any(c in self.key_prefix for c in "{} /"):
-            raise ConfigError(f"key_prefix must be non-empty without braces, spaces or '/': "
-                              f"{self.key_prefix!r}")
+            raise ConfigError(
+                f"key_prefix must be non-empty without braces, spaces or '/': {self.key_prefix!r}"
+            )
 
     @property
     def zk_cluster_root(self) -> str:
@@ -168,9 +184,7 @@ def _parse(name: str, raw: str, kind: type) -> Any:
         if kind is float:
             return float(raw)
     except ValueError:
-        raise ConfigError(
-            f"DELAYQ_{name.upper()}={raw!r} is not a valid {kind.__name__}"
-        ) from None
+        raise ConfigError(f"DELAYQ_{name.upper()}={raw!r} is not a valid {kind.__name__}") from None
     return raw
 
 

@@ -112,8 +112,12 @@ def split_member(member: AnyStr) -> tuple[AnyStr, AnyStr]:
 
 # Lua name prefix of each enum's members, e.g. STATUS_FIRED, ADD_REFUSED, ERROR_FENCED.
 _LUA_ENUMS: tuple[tuple[str, type[IntEnum] | type[StrEnum]], ...] = (
-    ("STATUS", JobStatus), ("ADD", AddCode), ("CHANGE", ChangeCode), ("TAKE", TakeCode),
-    ("REPLAY", ReplayCode), ("ERROR", ErrorCode),
+    ("STATUS", JobStatus),
+    ("ADD", AddCode),
+    ("CHANGE", ChangeCode),
+    ("TAKE", TakeCode),
+    ("REPLAY", ReplayCode),
+    ("ERROR", ErrorCode),
 )
 
 
@@ -135,8 +139,7 @@ def lua_include() -> str:
     ]
     for prefix, enum in _LUA_ENUMS:
         lines += ["", f"-- {enum.__name__}"]
-        lines += [f"local {prefix}_{member.name} = {_lua_value(member.value)}"
-                  for member in enum]
+        lines += [f"local {prefix}_{member.name} = {_lua_value(member.value)}" for member in enum]
     lines += [
         "",
         "-- A due time reported when there is none.",

@@ -54,9 +54,11 @@ class DeadLetters:
             while page := await self.scripts.dead_page(slot, start, DEAD_PAGE):
                 start += len(page)
                 jobs = [
-                    DeadJob(job_id.decode(), slot, str(record["topic"]), died_ms, None, None,
-                            record)
-                    for job_id, died_ms, envelope in page if envelope is not None
+                    DeadJob(
+                        job_id.decode(), slot, str(record["topic"]), died_ms, None, None, record
+                    )
+                    for job_id, died_ms, envelope in page
+                    if envelope is not None
                     for record in (record_of(envelope),)
                 ]
                 yield slot, [job for job in jobs if topic is None or job.topic == topic]
@@ -71,9 +73,15 @@ class DeadLetters:
         found = sorted(found, key=lambda job: job.died_ms)[:limit]
         rows = await self.mysql.get_many([job.job_id for job in found])
         return [
-            DeadJob(job.job_id, job.slot, job.topic, job.died_ms,
-                    rows[job.job_id].attempts if job.job_id in rows else None,
-                    rows[job.job_id].last_error if job.job_id in rows else None, job.record)
+            DeadJob(
+                job.job_id,
+                job.slot,
+                job.topic,
+                job.died_ms,
+                rows[job.job_id].attempts if job.job_id in rows else None,
+                rows[job.job_id].last_error if job.job_id in rows else None,
+                job.record,
+            )
             for job in found
         ]
 
@@ -86,8 +94,15 @@ class DeadLetters:
         died_ms, envelope = found
         record = record_of(envelope)
         row = await self.mysql.get(job_id)
-        return DeadJob(job_id, slot, str(record["topic"]), died_ms,
-                       row.attempts if row else None, row.last_error if row else None, record)
+        return DeadJob(
+            job_id,
+            slot,
+            str(record["topic"]),
+            died_ms,
+            row.attempts if row else None,
+            row.last_error if row else None,
+            record,
+        )
 
     async def replay_dead(
         self, job_ids: Sequence[str] | None = None, *, topic: str | None = None
@@ -143,14 +158,21 @@ class DeadLetters:
 
     async def _replay_named(self, slot: int, job_ids: list[str]) -> int:
         codes = await self.scripts.dead_replay(slot, job_ids)
-        rest = [job_id for job_id, code in zip(job_ids, codes, strict=True)
-                if code == ReplayCode.NOT_DEAD]
+        rest = [
+            job_id
+            for job_id, code in zip(job_ids, codes, strict=True)
+            if code == ReplayCode.NOT_DEAD
+        ]
         revived: list[NewJob] = []
         for row in (await self.mysql.get_many(rest)).values() if rest else ():
             # MySQL first, as for a new job: pending there before Redis can fire it.
             if row.status == JobStatus.DEAD and await self.mysql.set_status(
-                row.job_id, JobStatus.PENDING, slot, from_statuses=(int(JobStatus.DEAD),),
-                note="replayed from MySQL (not in the dead-letter set)", reset_attempts=True,
+                row.job_id,
+                JobStatus.PENDING,
+                slot,
+                from_statuses=(int(JobStatus.DEAD),),
+                note="replayed from MySQL (not in the dead-letter set)",
+                reset_attempts=True,
             ):
                 revived.append(NewJob.from_record(row))
         if revived:

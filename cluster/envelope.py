@@ -78,15 +78,13 @@ class Fire:
 def fire_of(envelope: bytes, attempt: int, fired_ms: int) -> Fire:
     _seq, _max_attempts, due, topic, key_hash, key_len, rest = envelope.split(b"|", 6)
     n = int(key_len)
-    value = b'%s,"due_ms":%s,"fired_ms":%d,"attempt":%d}' % (
-        rest[n:-1], due, fired_ms, attempt
-    )
+    value = b'%s,"due_ms":%s,"fired_ms":%d,"attempt":%d}' % (rest[n:-1], due, fired_ms, attempt)
     return Fire(topic.decode(), rest[:n], int(key_hash), value, int(due))
 
 
 def record_of(envelope: bytes) -> dict[str, object]:
     """The record json of an envelope, decoded (for inspection, not the hot path)."""
     _seq, _max_attempts, due, _topic, _hash, key_len, rest = envelope.split(b"|", 6)
-    record: dict[str, object] = orjson.loads(rest[int(key_len):])
+    record: dict[str, object] = orjson.loads(rest[int(key_len) :])
     record["due_ms"] = int(due)
     return record

@@ -63,8 +63,7 @@ class ValidJob:
     def tail(self) -> bytes:
         """What Redis keeps beside the job (cluster/envelope.py). Made on demand: a job
         due beyond the horizon goes to MySQL only, and the node makes it from the row."""
-        return make_tail(self.job_id, self.topic, self.biz_id, self.biz_type,
-                         self.payload_json)
+        return make_tail(self.job_id, self.topic, self.biz_id, self.biz_type, self.payload_json)
 
 
 def now_ms() -> int:
@@ -130,14 +129,10 @@ def _finite_number(name: str, value: object) -> float:
 
 
 def _too_far(settings: Settings) -> InvalidJob:
-    return InvalidJob(
-        f"due time is more than max_delay_s={settings.max_delay_s:g} seconds ahead"
-    )
+    return InvalidJob(f"due time is more than max_delay_s={settings.max_delay_s:g} seconds ahead")
 
 
-def due_ms_of(
-    delay: object, at: object, settings: Settings, now: int | None = None
-) -> int:
+def due_ms_of(delay: object, at: object, settings: Settings, now: int | None = None) -> int:
     """Exactly one of delay (seconds from now) or at (aware datetime or epoch seconds)."""
     if (delay is None) == (at is None):
         raise InvalidJob("give exactly one of delay= (seconds) or at= (time)")
@@ -231,8 +226,13 @@ def validate_job(job: Job | Mapping[str, Any], settings: Settings, now: int) -> 
     """Validate one schedule_many() entry: a Job or a mapping with schedule()'s keys."""
     if isinstance(job, Job):
         fields = {
-            "topic": job.topic, "payload": job.payload, "delay": job.delay, "at": job.at,
-            "job_id": job.job_id, "biz_id": job.biz_id, "biz_type": job.biz_type,
+            "topic": job.topic,
+            "payload": job.payload,
+            "delay": job.delay,
+            "at": job.at,
+            "job_id": job.job_id,
+            "biz_id": job.biz_id,
+            "biz_type": job.biz_type,
             "max_attempts": job.max_attempts,
         }
     elif isinstance(job, Mapping):

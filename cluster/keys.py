@@ -30,7 +30,16 @@ from dataclasses import dataclass
 WAKE_CHANNEL_SUFFIX = "wake"
 
 SLOT_KEY_NAMES = (
-    "delay", "ready", "inflight", "dead", "jobs", "attempts", "tomb", "seq", "done", "acked",
+    "delay",
+    "ready",
+    "inflight",
+    "dead",
+    "jobs",
+    "attempts",
+    "tomb",
+    "seq",
+    "done",
+    "acked",
     "owner",
 )
 

@@ -71,13 +71,13 @@ class Migration:
 
     def for_shard(self, jobs: str, history: str) -> list[str]:
         # str.replace rather than str.format: a statement may hold braces of its own.
-        return [s.replace("{jobs}", jobs).replace("{history}", history)
-                for s in self.statements]
+        return [s.replace("{jobs}", jobs).replace("{history}", history) for s in self.statements]
 
 
 def parse_migration(version: int, name: str, text: str) -> Migration:
     statements = tuple(
-        s.strip() for s in _STATEMENT_END.split(text)
+        s.strip()
+        for s in _STATEMENT_END.split(text)
         if not all(line.lstrip().startswith("--") for line in s.strip().splitlines())
     )
     if not statements:
@@ -207,13 +207,15 @@ async def _migrate(store: MySQLStore, cur: Any, migrations: list[Migration]) -> 
         for migration in migrations[: int(meta["schema_version"])]:
             await _record(cur, main, migration, len(shards), applied=True)
             records[migration.version] = _Record(
-                migration.name, migration.checksum, len(shards), applied=True)
+                migration.name, migration.checksum, len(shards), applied=True
+            )
             report.adopted.append(migration.name)
     _check_checksums(store.database, migrations, records, report)
     # The layout is fixed from here on, before any table exists: shards_done relies on it.
     for name, value in wanted.items():
         await cur.execute(
-            f"REPLACE INTO {main}.delayq_meta (name, value) VALUES (%s, %s)", (name, value))
+            f"REPLACE INTO {main}.delayq_meta (name, value) VALUES (%s, %s)", (name, value)
+        )
     for d in range(store.settings.mysql_databases):
         await cur.execute(f"CREATE DATABASE IF NOT EXISTS `{store.database_name(d)}`")
     for migration in migrations:
@@ -245,7 +247,9 @@ async def _migrate(store: MySQLStore, cur: Any, migrations: list[Migration]) -> 
 
 
 def _check_checksums(
-    database: str, migrations: list[Migration], records: dict[int, _Record],
+    database: str,
+    migrations: list[Migration],
+    records: dict[int, _Record],
     report: MigrationReport,
 ) -> None:
     for migration in migrations:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from importlib.resources.abc import Traversable
 from itertools import chain
 from typing import Any
@@ -27,9 +26,10 @@ from cluster.contract import WAITING_STATUSES, JobStatus
 from cluster.jobs import ValidJob, now_ms
 from cluster.keys import shard_of
 from cluster.migrations import MigrationReport, SchemaError
+from cluster.rows import JOB_COLUMNS, JobRecord, Outcome, record_of_row
 from cluster.sql import ms_to_datetime
 
-# SchemaError and ms_to_datetime are re-exported: tests and actors import them from here.
+# Re-exported: the client, actors and tests import these from here.
 __all__ = ["CommitUnknown", "JobRecord", "MySQLStore", "Outcome", "SchemaError", "ms_to_datetime"]
 
 # Status literals of the SQL below, built once from the contract (cluster/contract.py).
@@ -44,47 +44,6 @@ _FIREABLE = sql.int_list((*WAITING_STATUSES, JobStatus.DEAD))
 class CommitUnknown(RuntimeError):
     """The connection broke while MySQL may have been committing: the write may or may
     not have happened."""
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """What get() returns: the durable state of one job."""
-
-    job_id: str
-    topic: str
-    biz_id: str | None
-    biz_type: str | None
-    status: JobStatus
-    due_ms: int
-    attempts: int
-    max_attempts: int
-    payload_json: str
-    slot: int
-    last_error: str | None
-    created_ms: int
-    modified_ms: int
-
-    @property
-    def due(self) -> dt.datetime:
-        return dt.datetime.fromtimestamp(self.due_ms / 1000, sql.UTC)
-
-
-@dataclass(slots=True)  # not frozen: built per job, and frozen init is slower
-class Outcome:
-    """One journal entry from Redis: a job fired, is retrying, or went dead."""
-
-    job_id: str
-    status: JobStatus
-    attempt: int
-    at_ms: int
-    note: str
-    slot: int
-
-
-_JOB_COLUMNS = (
-    "job_id, topic, biz_id, biz_type, status, action_time, attempts, max_attempts, payload,"
-    " slot, last_error, gmt_create, gmt_modified"
-)
 
 
 class MySQLStore:
@@ -106,8 +65,12 @@ class MySQLStore:
 
     async def open(self, *, check_schema: bool = True) -> None:
         self._pool = await aiomysql.create_pool(
-            minsize=1, maxsize=10, autocommit=True, charset="utf8mb4",
-            init_command="SET time_zone = '+00:00'", **self.conn_args,
+            minsize=1,
+            maxsize=10,
+            autocommit=True,
+            charset="utf8mb4",
+            init_command="SET time_zone = '+00:00'",
+            **self.conn_args,
         )
         if check_schema:
             try:
@@ -147,14 +110,18 @@ class MySQLStore:
         return f"`{db}`.`job_{shard[1]:04d}`", f"`{db}`.`job_history_{shard[1]:04d}`"
 
     def all_shards(self) -> list[tuple[int, int]]:
-        return [(d, t) for d in range(self.settings.mysql_databases)
-                for t in range(self.settings.mysql_tables)]
+        return [
+            (d, t)
+            for d in range(self.settings.mysql_databases)
+            for t in range(self.settings.mysql_tables)
+        ]
 
     def _group(self, job_ids: Iterable[str]) -> dict[tuple[int, int], list[str]]:
         groups: dict[tuple[int, int], list[str]] = defaultdict(list)
         for job_id in job_ids:
-            groups[shard_of(job_id, self.settings.mysql_databases,
-                            self.settings.mysql_tables)].append(job_id)
+            groups[
+                shard_of(job_id, self.settings.mysql_databases, self.settings.mysql_tables)
+            ].append(job_id)
         return groups
 
     # ----- schema ----------------------------------------------------------------------
@@ -180,8 +147,9 @@ class MySQLStore:
             return
         by_shard: dict[tuple[int, int], list[int]] = defaultdict(list)
         for index, job in enumerate(jobs):
-            by_shard[shard_of(job.job_id, self.settings.mysql_databases,
-                              self.settings.mysql_tables)].append(index)
+            by_shard[
+                shard_of(job.job_id, self.settings.mysql_databases, self.settings.mysql_tables)
+            ].append(index)
         async with self.pool.acquire() as conn:
             statements = self._insert_statements(conn, jobs, slots, by_shard)
             # Several statements go in one transaction: all jobs of the call or none.
@@ -194,7 +162,8 @@ class MySQLStore:
             try:
                 async with conn.cursor() as cur:
                     await sql.execute_overlapped(
-                        cur, chain([first], [second] if second else [], statements))
+                        cur, chain([first], [second] if second else [], statements)
+                    )
                 if in_transaction:
                     committing = True
                     await conn.commit()
@@ -204,7 +173,10 @@ class MySQLStore:
                 raise  # not committed: a broken connection rolls the transaction back
 
     def _insert_statements(
-        self, conn: Any, jobs: Sequence[ValidJob], slots: Sequence[int],
+        self,
+        conn: Any,
+        jobs: Sequence[ValidJob],
+        slots: Sequence[int],
         by_shard: dict[tuple[int, int], list[int]],
     ) -> Iterator[str]:
         """Multi-row INSERTs of the jobs (sql.multi_row). Built here rather than by the
@@ -220,17 +192,20 @@ class MySQLStore:
                 topic = topics.get(job.topic)
                 if topic is None:
                     topic = topics[job.topic] = quote(job.topic)
-                yield (f"({quote(job.job_id)},{topic},{quote(job.biz_id)},"
-                       f"{quote(job.biz_type)}{pending}{times.of(job.due_ms)},"
-                       f"{int(job.max_attempts)},{quote(job.payload_json.decode())},"
-                       f"{int(slots[i])})")
+                yield (
+                    f"({quote(job.job_id)},{topic},{quote(job.biz_id)},"
+                    f"{quote(job.biz_type)}{pending}{times.of(job.due_ms)},"
+                    f"{int(job.max_attempts)},{quote(job.payload_json.decode())},"
+                    f"{int(slots[i])})"
+                )
 
         for shard, indexes in by_shard.items():
             table, _ = self.shard_tables(shard)
             yield from sql.multi_row(
                 f"INSERT INTO {table} (job_id, topic, biz_id, biz_type, status, action_time,"
                 " max_attempts, payload, slot) VALUES ",
-                rows(indexes), " ON DUPLICATE KEY UPDATE job_id = job_id",
+                rows(indexes),
+                " ON DUPLICATE KEY UPDATE job_id = job_id",
             )
 
     async def get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
@@ -240,10 +215,10 @@ class MySQLStore:
                 table, _ = self.shard_tables(shard)
                 marks = ", ".join(["%s"] * len(ids))
                 await cur.execute(
-                    f"SELECT {_JOB_COLUMNS} FROM {table} WHERE job_id IN ({marks})", ids
+                    f"SELECT {JOB_COLUMNS} FROM {table} WHERE job_id IN ({marks})", ids
                 )
                 for row in await cur.fetchall():
-                    record = _record(row)
+                    record = record_of_row(row)
                     found[record.job_id] = record
         return found
 
@@ -251,8 +226,14 @@ class MySQLStore:
         return (await self.get_many([job_id])).get(job_id)
 
     async def set_status(
-        self, job_id: str, status: JobStatus, slot: int, *, from_statuses: tuple[int, ...],
-        note: str = "", reset_attempts: bool = False,
+        self,
+        job_id: str,
+        status: JobStatus,
+        slot: int,
+        *,
+        from_statuses: tuple[int, ...],
+        note: str = "",
+        reset_attempts: bool = False,
     ) -> bool:
         """Move a job to status if it is in one of from_statuses; True if it moved.
         reset_attempts also clears its attempts and last error (a dead-letter replay)."""
@@ -261,13 +242,13 @@ class MySQLStore:
         reset = ", attempts = 0, last_error = NULL" if reset_attempts else ""
         async with self.pool.acquire() as conn, conn.cursor() as cur:
             changed = await cur.execute(
-                f"UPDATE {table} SET status = %s{reset}"
-                f" WHERE job_id = %s AND status IN ({marks})",
+                f"UPDATE {table} SET status = %s{reset} WHERE job_id = %s AND status IN ({marks})",
                 (int(status), job_id, *from_statuses),
             )
             if changed:
-                await self._history(cur, sql.quoter(conn), history,
-                                    [(job_id, int(status), 0, slot, note, now_ms())])
+                await self._history(
+                    cur, sql.quoter(conn), history, [(job_id, int(status), 0, slot, note, now_ms())]
+                )
         return bool(changed)
 
     async def set_due(self, job_id: str, due_ms: int, slot: int) -> bool:
@@ -275,20 +256,26 @@ class MySQLStore:
         table, history = self.tables_of(job_id)
         async with self.pool.acquire() as conn, conn.cursor() as cur:
             changed = await cur.execute(
-                f"UPDATE {table} SET action_time = %s WHERE job_id = %s"
-                f" AND status IN ({_WAITING})",
+                f"UPDATE {table} SET action_time = %s WHERE job_id = %s AND status IN ({_WAITING})",
                 (ms_to_datetime(due_ms), job_id),
             )
             if changed:
                 await self._history(
-                    cur, sql.quoter(conn), history,
+                    cur,
+                    sql.quoter(conn),
+                    history,
                     [(job_id, int(JobStatus.PENDING), 0, slot, "rescheduled", now_ms())],
                 )
         return bool(changed)
 
     async def pending_page(
-        self, shard: tuple[int, int], status: JobStatus, after: tuple[dt.datetime, str],
-        slots: Iterable[int], limit: int, before: dt.datetime | None = None,
+        self,
+        shard: tuple[int, int],
+        status: JobStatus,
+        after: tuple[dt.datetime, str],
+        slots: Iterable[int],
+        limit: int,
+        before: dt.datetime | None = None,
     ) -> list[JobRecord]:
         """Jobs of one shard in `status` and in `slots`, due before `before` (if given),
         in (action_time, job_id) order after the cursor `after`; walks the
@@ -301,13 +288,13 @@ class MySQLStore:
             params += (before,)
         async with self.pool.acquire() as conn, conn.cursor() as cur:
             await cur.execute(
-                f"SELECT {_JOB_COLUMNS} FROM {table}"
+                f"SELECT {JOB_COLUMNS} FROM {table}"
                 f" WHERE status = %s AND slot IN ({slot_list})"
                 f" AND (action_time > %s OR (action_time = %s AND job_id > %s)){bound}"
                 f" ORDER BY action_time, job_id LIMIT %s",
                 (*params, limit),
             )
-            return [_record(row) for row in await cur.fetchall()]
+            return [record_of_row(row) for row in await cur.fetchall()]
 
     # ----- node side -----------------------------------------------------------------------
 
@@ -321,8 +308,9 @@ class MySQLStore:
         """
         by_shard: dict[tuple[int, int], list[Outcome]] = defaultdict(list)
         for outcome in outcomes:
-            by_shard[shard_of(outcome.job_id, self.settings.mysql_databases,
-                              self.settings.mysql_tables)].append(outcome)
+            by_shard[
+                shard_of(outcome.job_id, self.settings.mysql_databases, self.settings.mysql_tables)
+            ].append(outcome)
         async with self.pool.acquire() as conn, conn.cursor() as cur:
             quote = sql.quoter(conn)
             for shard, items in by_shard.items():
@@ -337,7 +325,9 @@ class MySQLStore:
                 for attempt, ids in fired.items():
                     for statement in sql.multi_row(
                         f"UPDATE {table} SET status = {_FIRED}, attempts = {int(attempt)}"
-                        " WHERE job_id IN (", map(quote, ids), f") AND status IN ({_FIREABLE})",
+                        " WHERE job_id IN (",
+                        map(quote, ids),
+                        f") AND status IN ({_FIREABLE})",
                     ):
                         await cur.execute(statement)
                 # In journal order: a job's "dead" comes before its "replayed".
@@ -348,13 +338,17 @@ class MySQLStore:
                         [_status_change(o) for o in others],
                     )
                 await self._history(
-                    cur, quote, history,
-                    [(o.job_id, int(o.status), o.attempt, o.slot, o.note, o.at_ms)
-                     for o in items],
+                    cur,
+                    quote,
+                    history,
+                    [(o.job_id, int(o.status), o.attempt, o.slot, o.note, o.at_ms) for o in items],
                 )
 
     async def _history(
-        self, cur: Any, quote: Callable[[str | None], str], table: str,
+        self,
+        cur: Any,
+        quote: Callable[[str | None], str],
+        table: str,
         rows: Sequence[tuple[str, int, int, int, str, int]],
     ) -> None:
         """Insert history rows (job_id, status, attempt, slot, note, at_ms)."""
@@ -386,18 +380,11 @@ def _status_change(outcome: Outcome) -> tuple[int, int, str | None, str, int]:
     waiting ones (pending, retrying). A replay (to pending) applies to a dead row and
     clears the last error; retrying and dead apply only to waiting rows."""
     if outcome.status == JobStatus.PENDING:
-        return (int(JobStatus.PENDING), outcome.attempt, None, outcome.job_id,
-                int(JobStatus.DEAD))
-    return (int(outcome.status), outcome.attempt, outcome.note[:1000] or None,
-            outcome.job_id, int(JobStatus.FIRING))
-
-
-def _record(row: Sequence[Any]) -> JobRecord:
-    (job_id, topic, biz_id, biz_type, status, action_time, attempts, max_attempts, payload,
-     slot, last_error, created, modified) = row
-    return JobRecord(
-        job_id=job_id, topic=topic, biz_id=biz_id, biz_type=biz_type,
-        status=JobStatus(status), due_ms=sql.datetime_to_ms(action_time), attempts=attempts,
-        max_attempts=max_attempts, payload_json=payload, slot=slot, last_error=last_error,
-        created_ms=sql.datetime_to_ms(created), modified_ms=sql.datetime_to_ms(modified),
+        return (int(JobStatus.PENDING), outcome.attempt, None, outcome.job_id, int(JobStatus.DEAD))
+    return (
+        int(outcome.status),
+        outcome.attempt,
+        outcome.note[:1000] or None,
+        outcome.job_id,
+        int(JobStatus.FIRING),
     )

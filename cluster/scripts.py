@@ -10,27 +10,55 @@ import asyncio
 import importlib.resources
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
 from cluster.contract import AddCode, ChangeCode, ErrorCode, ReplayCode, TakeCode
-from cluster.envelope import make_tail
 from cluster.keys import KeySpace
 from cluster.redis_conn import RedisClient
+from cluster.script_io import (
+    Claimed,
+    MoveResult,
+    NewJob,
+    RetryResult,
+    claimed_of,
+    move_result,
+    retry_result,
+)
 
-if TYPE_CHECKING:
-    from cluster.mysql_store import JobRecord
+# Re-exported: callers import what the scripts take and return from here.
+__all__ = [
+    "ADD_CHUNK",
+    "SCRIPT_NAMES",
+    "Claimed",
+    "Fenced",
+    "MoveResult",
+    "NewJob",
+    "RetryResult",
+    "Scripts",
+    "load_source",
+    "script_error",
+]
 
 T = TypeVar("T")
 
 _INCLUDE = re.compile(r"^--@include (\w+)$", re.MULTILINE)
 SCRIPT_NAMES = (
-    "add", "move", "claim", "ack", "nack", "reap", "cancel", "reschedule", "trim_journal",
-    "take", "dead_replay", "dead_purge",
+    "add",
+    "move",
+    "claim",
+    "ack",
+    "nack",
+    "reap",
+    "cancel",
+    "reschedule",
+    "trim_journal",
+    "take",
+    "dead_replay",
+    "dead_purge",
 )
 
 # Redis Lua's unpack() and argument lists stay well below their limits with this.
@@ -103,46 +131,6 @@ def _only(replies: list[Any], convert: Callable[[Any], T]) -> T:
     if isinstance(reply, Fenced):
         raise reply
     return convert(reply)
-
-
-@dataclass(frozen=True)
-class NewJob:
-    """What the add script needs for one job."""
-
-    job_id: str
-    due_ms: int
-    max_attempts: int
-    tail: bytes  # see cluster/envelope.py
-
-    @classmethod
-    def from_record(cls, record: JobRecord) -> NewJob:
-        """What the add script needs, rebuilt from a job's MySQL row."""
-        tail = make_tail(record.job_id, record.topic, record.biz_id, record.biz_type,
-                         record.payload_json.encode())
-        return cls(record.job_id, record.due_ms, record.max_attempts, tail)
-
-
-@dataclass(slots=True)  # not frozen: built per job, and frozen init is slower
-class Claimed:
-    job_id: bytes
-    envelope: bytes
-    attempt: int
-
-
-@dataclass(frozen=True)
-class MoveResult:
-    moved: int
-    next_due_ms: int  # NO_TIME when the slot is empty
-    now_ms: int
-    ready: int  # length of the ready list after the move
-
-
-@dataclass(frozen=True)
-class RetryResult:
-    retried: int
-    dead: int
-    earliest_due_ms: int  # NO_TIME when nothing was retried
-    more: bool = False
 
 
 class Scripts:
@@ -232,14 +220,14 @@ class Scripts:
 
     async def move(self, slot: int, epoch: int, limit: int) -> MoveResult:
         replies = await self._call_many("move", self._move_calls([(slot, epoch)], limit))
-        return _only(replies, _move_result)
+        return _only(replies, move_result)
 
     async def move_many(
         self, slot_epochs: list[tuple[int, int]], limit: int
     ) -> list[MoveResult | None]:
         """move for several (slot, epoch) in one round trip; None where fenced."""
         replies = await self._call_many("move", self._move_calls(slot_epochs, limit))
-        return _each(replies, _move_result)
+        return _each(replies, move_result)
 
     def _claim_calls(
         self, slot_epochs: list[tuple[int, int]], count: int, timeout_ms: int
@@ -247,8 +235,13 @@ class Scripts:
         calls: list[Call] = []
         for slot, epoch in slot_epochs:
             k = self.keys.slot(slot)
-            calls.append((slot, [k.owner, k.ready, k.inflight, k.jobs, k.attempts],
-                          [epoch, count, timeout_ms]))
+            calls.append(
+                (
+                    slot,
+                    [k.owner, k.ready, k.inflight, k.jobs, k.attempts],
+                    [epoch, count, timeout_ms],
+                )
+            )
         return calls
 
     async def claim(
@@ -256,14 +249,14 @@ class Scripts:
     ) -> tuple[int, list[Claimed]]:
         """Claim up to count ready jobs; returns (Redis now ms, claimed jobs)."""
         calls = self._claim_calls([(slot, epoch)], count, timeout_ms)
-        return _only(await self._call_many("claim", calls), _claimed)
+        return _only(await self._call_many("claim", calls), claimed_of)
 
     async def claim_many(
         self, slot_epochs: list[tuple[int, int]], count: int, timeout_ms: int
     ) -> list[tuple[int, list[Claimed]] | None]:
         """claim for several (slot, epoch) in one round trip; None where fenced."""
         calls = self._claim_calls(slot_epochs, count, timeout_ms)
-        return _each(await self._call_many("claim", calls), _claimed)
+        return _each(await self._call_many("claim", calls), claimed_of)
 
     async def ack(self, slot: int, job_ids: list[bytes]) -> int:
         return await self.ack_many({slot: job_ids})
@@ -282,33 +275,46 @@ class Scripts:
         return [k.owner, k.inflight, k.delay, k.dead, k.jobs, k.attempts, k.seq, k.done]
 
     async def nack(
-        self, slot: int, epoch: int, job_ids: list[bytes], error: str, backoff_ms: int,
+        self,
+        slot: int,
+        epoch: int,
+        job_ids: list[bytes],
+        error: str,
+        backoff_ms: int,
         backoff_max_ms: int,
     ) -> RetryResult:
         args = [epoch, backoff_ms, backoff_max_ms, error, *job_ids]
         replies = await self._call_many("nack", [(slot, self._retry_keys(slot), args)])
-        return _only(replies, _retry_result)
+        return _only(replies, retry_result)
 
     def _reap_calls(
-        self, slot_epochs: list[tuple[int, int]], limit: int, backoff_ms: int,
+        self,
+        slot_epochs: list[tuple[int, int]],
+        limit: int,
+        backoff_ms: int,
         backoff_max_ms: int,
     ) -> list[Call]:
-        return [(slot, self._retry_keys(slot), [epoch, limit, backoff_ms, backoff_max_ms])
-                for slot, epoch in slot_epochs]
+        return [
+            (slot, self._retry_keys(slot), [epoch, limit, backoff_ms, backoff_max_ms])
+            for slot, epoch in slot_epochs
+        ]
 
     async def reap(
         self, slot: int, epoch: int, limit: int, backoff_ms: int, backoff_max_ms: int
     ) -> RetryResult:
         calls = self._reap_calls([(slot, epoch)], limit, backoff_ms, backoff_max_ms)
-        return _only(await self._call_many("reap", calls), _retry_result)
+        return _only(await self._call_many("reap", calls), retry_result)
 
     async def reap_many(
-        self, slot_epochs: list[tuple[int, int]], limit: int, backoff_ms: int,
+        self,
+        slot_epochs: list[tuple[int, int]],
+        limit: int,
+        backoff_ms: int,
         backoff_max_ms: int,
     ) -> list[RetryResult | None]:
         """reap for several (slot, epoch) in one round trip; None where fenced."""
         calls = self._reap_calls(slot_epochs, limit, backoff_ms, backoff_max_ms)
-        return _each(await self._call_many("reap", calls), _retry_result)
+        return _each(await self._call_many("reap", calls), retry_result)
 
     async def read_journal(self, slot: int, count: int) -> list[bytes]:
         """The oldest count journal entries of a slot (left in place until trimmed)."""
@@ -327,8 +333,9 @@ class Scripts:
         calls: list[Call] = []
         for slot, (epoch, count, fired_ids) in trims.items():
             k = self.keys.slot(slot)
-            calls.append((slot, [k.owner, k.done, k.acked],
-                          [epoch, count, retention_ms, *fired_ids]))
+            calls.append(
+                (slot, [k.owner, k.done, k.acked], [epoch, count, retention_ms, *fired_ids])
+            )
         return calls
 
     async def trim_journal(
@@ -343,8 +350,9 @@ class Scripts:
         """trim_journal for several slots: slot → (epoch, entries recorded, fired job
         ids). Returns the slots where it was fenced (nothing trimmed there)."""
         replies = await self._call_many("trim_journal", self._trim_calls(trims, retention_ms))
-        return {slot for slot, reply in zip(trims, replies, strict=True)
-                if isinstance(reply, Fenced)}
+        return {
+            slot for slot, reply in zip(trims, replies, strict=True) if isinstance(reply, Fenced)
+        }
 
     async def take(self, slot: int, epoch: int) -> bool:
         """Make epoch the slot's current one; False (TakeCode.STALE) if a newer epoch is
@@ -363,8 +371,10 @@ class Scripts:
         if not entries:
             return []
         envelopes: list[Any] = await self.redis.hmget(k.jobs, [job_id for job_id, _ in entries])
-        return [(job_id, int(score), envelope)
-                for (job_id, score), envelope in zip(entries, envelopes, strict=True)]
+        return [
+            (job_id, int(score), envelope)
+            for (job_id, score), envelope in zip(entries, envelopes, strict=True)
+        ]
 
     async def dead_one(self, slot: int, job_id: str) -> tuple[int, bytes] | None:
         """(died ms, envelope) of a dead job, or None if it is not dead."""
@@ -379,7 +389,8 @@ class Scripts:
         """Replay dead jobs of a slot (they are due now); a ReplayCode per job id."""
         k = self.keys.slot(slot)
         replies = await self._call(
-            "dead_replay", [k.dead, k.delay, k.jobs, k.attempts, k.seq, k.done],
+            "dead_replay",
+            [k.dead, k.delay, k.jobs, k.attempts, k.seq, k.done],
             [self.keys.wake_channel, slot, *job_ids],
         )
         return [ReplayCode(reply) for reply in replies]  # an operator's few hundred
@@ -401,19 +412,3 @@ class Scripts:
             "reschedule", keys, [self.keys.wake_channel, slot, job_id, due_ms]
         )
         return ChangeCode(code), woke == 1
-
-
-def _move_result(reply: list[Any]) -> MoveResult:
-    return MoveResult(int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]))
-
-
-def _retry_result(reply: list[Any]) -> RetryResult:
-    """The reply of nack (3 items) or reap (4, the last one `more`)."""
-    return RetryResult(int(reply[0]), int(reply[1]), int(reply[2]),
-                       len(reply) > 3 and reply[3] == 1)
-
-
-def _claimed(reply: list[Any]) -> tuple[int, list[Claimed]]:
-    """The claim script's reply: (Redis now ms, claimed jobs)."""
-    jobs = [Claimed(reply[i], reply[i + 1], int(reply[i + 2])) for i in range(1, len(reply), 3)]
-    return int(reply[0]), jobs

@@ -51,8 +51,10 @@ async def read_status(settings: Settings) -> ClusterStatus:
         try:
             config = orjson.loads(await zk.get_data(f"{root}/config"))
         except exc.NoNode:
-            raise RuntimeError(f"no delayq cluster at {root} in ZooKeeper "
-                               f"{settings.zk_hosts}: no node has joined yet") from None
+            raise RuntimeError(
+                f"no delayq cluster at {root} in ZooKeeper "
+                f"{settings.zk_hosts}: no node has joined yet"
+            ) from None
         slots = int(config["slots"])
         members: dict[str, dict[str, Any]] = {}
         for name in sorted(await zk.get_children(f"{root}/members")):
@@ -68,10 +70,15 @@ async def read_status(settings: Settings) -> ClusterStatus:
     finally:
         await zk.close()
     depths = await _depths(settings, slots)
-    return ClusterStatus(root, slots, members, [
-        SlotStatus(slot, owner, node if owner else None, epoch, *depths[slot])
-        for slot, (owner, node, epoch) in enumerate(owners)
-    ])
+    return ClusterStatus(
+        root,
+        slots,
+        members,
+        [
+            SlotStatus(slot, owner, node if owner else None, epoch, *depths[slot])
+            for slot, (owner, node, epoch) in enumerate(owners)
+        ],
+    )
 
 
 async def _depths(settings: Settings, slots: int) -> list[tuple[int, int, int, int, int, int]]:
@@ -115,20 +122,33 @@ def render(status: ClusterStatus) -> str:
     lines = [f"cluster {status.root}: {status.slots} slots, {len(status.members)} member(s)"]
     for name, info in status.members.items():
         owned = sum(1 for s in status.slot_status if s.owner == name)
-        lines.append(f"  {name}  node {info.get('node_id')}  pid {info.get('pid')}  "
-                     f"host {info.get('host')}  slots {owned}")
+        lines.append(
+            f"  {name}  node {info.get('node_id')}  pid {info.get('pid')}  "
+            f"host {info.get('host')}  slots {owned}"
+        )
     lines.append("")
-    lines.append(f"{'slot':>5} {'owner':<14} {'epoch':>6} {'delay':>9} {'ready':>7} "
-                 f"{'inflight':>8} {'dead':>6} {'overdue':>9}")
+    lines.append(
+        f"{'slot':>5} {'owner':<14} {'epoch':>6} {'delay':>9} {'ready':>7} "
+        f"{'inflight':>8} {'dead':>6} {'overdue':>9}"
+    )
     for s in status.slot_status:
         owner = s.owner if s.owner in status.members else f"({s.owner or '-'})"
-        lines.append(f"{s.slot:>5} {owner:<14} {s.epoch:>6} {s.delay:>9} {s.ready:>7} "
-                     f"{s.inflight:>8} {s.dead:>6} {s.overdue_ms / 1000:>8.3f}s")
-    totals = [sum(getattr(s, f) for s in status.slot_status)
-              for f in ("delay", "ready", "inflight", "dead")]
+        lines.append(
+            f"{s.slot:>5} {owner:<14} {s.epoch:>6} {s.delay:>9} {s.ready:>7} "
+            f"{s.inflight:>8} {s.dead:>6} {s.overdue_ms / 1000:>8.3f}s"
+        )
+    totals = [
+        sum(getattr(s, f) for s in status.slot_status)
+        for f in ("delay", "ready", "inflight", "dead")
+    ]
     worst = max(status.slot_status, key=lambda s: s.overdue_ms, default=None)
-    lines.append(f"total: delay {totals[0]}, ready {totals[1]}, in flight {totals[2]}, "
-                 f"dead {totals[3]}; oldest overdue job: "
-                 + (f"{worst.overdue_ms} ms late in slot {worst.slot}"
-                    if worst and worst.overdue_ms else "none"))
+    lines.append(
+        f"total: delay {totals[0]}, ready {totals[1]}, in flight {totals[2]}, "
+        f"dead {totals[3]}; oldest overdue job: "
+        + (
+            f"{worst.overdue_ms} ms late in slot {worst.slot}"
+            if worst and worst.overdue_ms
+            else "none"
+        )
+    )
     return "\n".join(lines)

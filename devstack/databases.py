@@ -40,9 +40,7 @@ async def drop_cluster_database(settings: Settings) -> None:
     """Drop the database settings.mysql_url names and every shard database."""
     store = MySQLStore(settings, "teardown")
     # With several shard databases the named one holds only delayq_meta and the migrations.
-    names = {store.database} | {
-        store.database_name(d) for d in range(settings.mysql_databases)
-    }
+    names = {store.database} | {store.database_name(d) for d in range(settings.mysql_databases)}
     conn = await aiomysql.connect(**{**store.conn_args, "db": None})
     try:
         async with conn.cursor() as cur:

@@ -83,12 +83,14 @@ def prepare(svc: Service) -> None:
         "--skip-name-resolve",
     ]
     with svc.log_file.open("ab") as log:
-        done = subprocess.run(install, stdin=subprocess.DEVNULL, stdout=log,
-                              stderr=subprocess.STDOUT, check=False)
+        done = subprocess.run(
+            install, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, check=False
+        )
     if done.returncode != 0:
         shutil.rmtree(datadir, ignore_errors=True)  # a half-made datadir would look done
-        raise ServicesError(f"mariadb-install-db failed (exit {done.returncode}); "
-                            f"see {svc.log_file}{log_tail(svc)}")
+        raise ServicesError(
+            f"mariadb-install-db failed (exit {done.returncode}); see {svc.log_file}{log_tail(svc)}"
+        )
 
 
 def command(svc: Service) -> list[str]:
@@ -100,10 +102,22 @@ def _client(svc: Service, *args: str, password: str | None = None) -> None:
     env.pop("MYSQL_PWD", None)
     if password is not None:
         env["MYSQL_PWD"] = password
-    run = [require_program("mariadb", "mariadb-client"), "--no-defaults", "--batch",
-           "--connect-timeout=3", *args]
-    done = subprocess.run(run, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          env=env, timeout=30, check=False)
+    run = [
+        require_program("mariadb", "mariadb-client"),
+        "--no-defaults",
+        "--batch",
+        "--connect-timeout=3",
+        *args,
+    ]
+    done = subprocess.run(
+        run,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
     if done.returncode != 0:
         raise ServicesError(done.stderr.strip() or f"mariadb exited {done.returncode}")
 
@@ -121,11 +135,25 @@ def setup(svc: Service) -> None:
         ]
     # The administrator authenticates with unix_socket: the OS user of the install.
     admin = "root" if os.geteuid() == 0 else _os_user()
-    _client(svc, "--protocol=socket", f"--socket={socket_path(svc)}",
-            f"--user={admin}", "-e", ";\n".join(statements) + ";")
+    _client(
+        svc,
+        "--protocol=socket",
+        f"--socket={socket_path(svc)}",
+        f"--user={admin}",
+        "-e",
+        ";\n".join(statements) + ";",
+    )
 
 
 def probe(svc: Service) -> None:
-    _client(svc, "--protocol=tcp", f"--host={HOST}", f"--port={svc.port}",
-            f"--user={MYSQL_USER}", MYSQL_DATABASE, "-e", "SELECT 1",
-            password=MYSQL_PASSWORD)
+    _client(
+        svc,
+        "--protocol=tcp",
+        f"--host={HOST}",
+        f"--port={svc.port}",
+        f"--user={MYSQL_USER}",
+        MYSQL_DATABASE,
+        "-e",
+        "SELECT 1",
+        password=MYSQL_PASSWORD,
+    )

@@ -60,8 +60,13 @@ class NodeProcess:
     """
 
     def __init__(
-        self, name: str, log_dir: Path, *, settings: Settings | None = None,
-        node_id: str | None = None, env: Mapping[str, str] | None = None,
+        self,
+        name: str,
+        log_dir: Path,
+        *,
+        settings: Settings | None = None,
+        node_id: str | None = None,
+        env: Mapping[str, str] | None = None,
         log_level: str | None = None,
     ) -> None:
         self.name = name
@@ -70,17 +75,34 @@ class NodeProcess:
         log_dir.mkdir(parents=True, exist_ok=True)
         # A file left by an earlier node of this name (killed) must not count as ready.
         self.ready_path.unlink(missing_ok=True)
-        full_env = {**os.environ, **(settings_env(settings) if settings else {}),
-                    **({"DELAYQ_NODE_ID": node_id} if node_id else {}), **(env or {})}
+        full_env = {
+            **os.environ,
+            **(settings_env(settings) if settings else {}),
+            **({"DELAYQ_NODE_ID": node_id} if node_id else {}),
+            **(env or {}),
+        }
         level = ["--log-level", log_level] if log_level else []
-        command = [sys.executable, "-m", "cluster.cli", *level, "node",
-                   "--ready-file", str(self.ready_path)]
+        command = [
+            sys.executable,
+            "-m",
+            "cluster.cli",
+            *level,
+            "node",
+            "--ready-file",
+            str(self.ready_path),
+        ]
         with self.log_path.open("ab") as log:  # the child keeps its own descriptor
-            log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} "
-                      f"{shlex.join(command)}\n".encode())
+            log.write(
+                f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(command)}\n".encode()
+            )
             log.flush()
-            self.proc = subprocess.Popen(command, env=full_env, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                command,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
 
     @property
     def pid(self) -> int:
@@ -111,11 +133,14 @@ class NodeProcess:
                 return info
             code = self.proc.poll()
             if code is not None:
-                raise NodeProcessError(f"{self.name} (pid {self.pid}) exited with {code} "
-                                       f"while starting{self.log_tail()}")
+                raise NodeProcessError(
+                    f"{self.name} (pid {self.pid}) exited with {code} "
+                    f"while starting{self.log_tail()}"
+                )
             if time.monotonic() >= deadline:
-                raise NodeProcessError(f"{self.name} (pid {self.pid}) not ready after "
-                                       f"{timeout_s:g} s{self.log_tail()}")
+                raise NodeProcessError(
+                    f"{self.name} (pid {self.pid}) not ready after {timeout_s:g} s{self.log_tail()}"
+                )
             await asyncio.sleep(_POLL_S)
 
     async def wait_exit(self, timeout_s: float = 60) -> int:
@@ -123,8 +148,10 @@ class NodeProcess:
         deadline = time.monotonic() + timeout_s
         while (code := self.proc.poll()) is None:
             if time.monotonic() >= deadline:
-                raise NodeProcessError(f"{self.name} (pid {self.pid}) did not exit within "
-                                       f"{timeout_s:g} s{self.log_tail()}")
+                raise NodeProcessError(
+                    f"{self.name} (pid {self.pid}) did not exit within "
+                    f"{timeout_s:g} s{self.log_tail()}"
+                )
             await asyncio.sleep(_POLL_S)
         return code
 

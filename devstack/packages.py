@@ -61,8 +61,10 @@ def ensure_packages() -> None:
             f"  apt-get update && {install}"
         )
     if shutil.which("apt-get") is None:
-        raise ServicesError(f"missing packages {' '.join(missing)} and no apt-get to install "
-                            "them: this stack expects Debian or Ubuntu")
+        raise ServicesError(
+            f"missing packages {' '.join(missing)} and no apt-get to install "
+            "them: this stack expects Debian or Ubuntu"
+        )
     print(f"installing {' '.join(missing)} with apt-get", flush=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     # The packages' maintainer scripts may try to start system-wide services through

@@ -26,11 +26,19 @@ def spawn(svc: Service) -> int:
     svc.prepare(svc)
     command = svc.command(svc)
     with svc.log_file.open("ab") as log:
-        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} delayq services up: "
-                  f"{shlex.join(command)}\n".encode())
+        log.write(
+            f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} delayq services up: "
+            f"{shlex.join(command)}\n".encode()
+        )
         log.flush()
-        child = subprocess.Popen(command, cwd=svc.dir, stdin=subprocess.DEVNULL, stdout=log,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
+        child = subprocess.Popen(
+            command,
+            cwd=svc.dir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     _children[child.pid] = child
     svc.pid_file.write_text(f"{child.pid}\n")
     return child.pid
@@ -94,8 +102,11 @@ def listening_pids(port: int) -> set[int] | None:
     except psutil.AccessDenied:
         return None
     return {
-        conn.pid for conn in connections
-        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port
+        conn.pid
+        for conn in connections
+        if conn.status == psutil.CONN_LISTEN
+        and conn.laddr
+        and conn.laddr.port == port
         and conn.pid is not None
     }
 

@@ -28,15 +28,24 @@ def prepare(svc: Service) -> None:
 def command(svc: Service) -> list[str]:
     return [
         require_program("redis-server", "redis-server"),
-        "--port", str(svc.port),
-        "--bind", HOST,
-        "--dir", str(svc.dir),
-        "--appendonly", "yes",
-        "--appendfsync", "everysec",
-        "--save", "",
-        "--maxmemory-policy", "noeviction",
-        "--daemonize", "no",
-        "--logfile", str(svc.log_file),
+        "--port",
+        str(svc.port),
+        "--bind",
+        HOST,
+        "--dir",
+        str(svc.dir),
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "everysec",
+        "--save",
+        "",
+        "--maxmemory-policy",
+        "noeviction",
+        "--daemonize",
+        "no",
+        "--logfile",
+        str(svc.log_file),
     ]
 
 
@@ -44,9 +53,12 @@ def cluster_command(svc: Service) -> list[str]:
     """One master of the Redis Cluster: the plain command plus cluster mode."""
     return [
         *command(svc),
-        "--cluster-enabled", "yes",
-        "--cluster-config-file", str(svc.dir / "nodes.conf"),
-        "--cluster-node-timeout", "5000",
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        str(svc.dir / "nodes.conf"),
+        "--cluster-node-timeout",
+        "5000",
     ]
 
 
@@ -64,19 +76,33 @@ def form_cluster() -> None:
     ports = [service_port(name) for name in CLUSTER_PORTS]
 
     def state(port: int) -> str:
-        out = subprocess.run([cli, "-h", HOST, "-p", str(port), "cluster", "info"],
-                             capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run(
+            [cli, "-h", HOST, "-p", str(port), "cluster", "info"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
         return "ok" if "cluster_state:ok" in out else out.split("cluster_slots_assigned:")[-1]
 
     if state(ports[0]) != "ok" and state(ports[0]).startswith("0"):
         result = subprocess.run(
-            [cli, "--cluster", "create", *(f"{HOST}:{p}" for p in ports),
-             "--cluster-replicas", "0", "--cluster-yes"],
-            capture_output=True, text=True, timeout=60,
+            [
+                cli,
+                "--cluster",
+                "create",
+                *(f"{HOST}:{p}" for p in ports),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         if result.returncode != 0:
-            raise ServicesError(f"redis-cli --cluster create failed: {result.stdout[-500:]}"
-                                f"{result.stderr[-500:]}")
+            raise ServicesError(
+                f"redis-cli --cluster create failed: {result.stdout[-500:]}{result.stderr[-500:]}"
+            )
     deadline = time.monotonic() + READY_TIMEOUT_S
     while not all(state(port) == "ok" for port in ports):
         if time.monotonic() > deadline:

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HOST = "127.0.0.1"
-DEFAULT_PORTS: dict[str, int] = {"redis": 16379, "mysql": 13306, "zookeeper": 12181,
-                                 "kafka": 19092}
+DEFAULT_PORTS: dict[str, int] = {"redis": 16379, "mysql": 13306, "zookeeper": 12181, "kafka": 19092}
 # With --redis-cluster (or DELAYQ_SERVICES_REDIS_CLUSTER=1): three cluster masters.
 CLUSTER_PORTS: dict[str, int] = {"redis-c1": 17001, "redis-c2": 17002, "redis-c3": 17003}
 MYSQL_DATABASE = "delayq"

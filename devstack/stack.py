@@ -52,8 +52,18 @@ from devstack.service import (
     state_dir,
 )
 
-__all__ = ["ServicesError", "down", "env_lines", "run", "service_pid", "services",
-           "stack_env", "state_dir", "status", "up"]
+__all__ = [
+    "ServicesError",
+    "down",
+    "env_lines",
+    "run",
+    "service_pid",
+    "services",
+    "stack_env",
+    "state_dir",
+    "status",
+    "up",
+]
 
 
 def services(*, with_cluster: bool | None = None) -> list[Service]:
@@ -62,21 +72,55 @@ def services(*, with_cluster: bool | None = None) -> list[Service]:
     root = state_dir()
     if with_cluster is None:
         with_cluster = redis_cluster_wanted() or (root / "redis-c1").exists()
-    cluster = [
-        Service(name, service_port(name), root, "redis-server",
-                redis_server.prepare, redis_server.cluster_command, redis_server.probe)
-        for name in CLUSTER_PORTS
-    ] if with_cluster else []
+    cluster = (
+        [
+            Service(
+                name,
+                service_port(name),
+                root,
+                "redis-server",
+                redis_server.prepare,
+                redis_server.cluster_command,
+                redis_server.probe,
+            )
+            for name in CLUSTER_PORTS
+        ]
+        if with_cluster
+        else []
+    )
     return [
         *cluster,
-        Service("redis", service_port("redis"), root, "redis-server",
-                redis_server.prepare, redis_server.command, redis_server.probe),
-        Service("mysql", service_port("mysql"), root, "mariadbd",
-                mariadb.prepare, mariadb.command, mariadb.probe, setup=mariadb.setup),
-        Service("zookeeper", service_port("zookeeper"), root, "QuorumPeerMain",
-                zookeeper.prepare, zookeeper.command, zookeeper.probe),
-        Service("kafka", service_port("kafka"), root, "tansu",
-                tansu.prepare, tansu.command, tansu.probe),
+        Service(
+            "redis",
+            service_port("redis"),
+            root,
+            "redis-server",
+            redis_server.prepare,
+            redis_server.command,
+            redis_server.probe,
+        ),
+        Service(
+            "mysql",
+            service_port("mysql"),
+            root,
+            "mariadbd",
+            mariadb.prepare,
+            mariadb.command,
+            mariadb.probe,
+            setup=mariadb.setup,
+        ),
+        Service(
+            "zookeeper",
+            service_port("zookeeper"),
+            root,
+            "QuorumPeerMain",
+            zookeeper.prepare,
+            zookeeper.command,
+            zookeeper.probe,
+        ),
+        Service(
+            "kafka", service_port("kafka"), root, "tansu", tansu.prepare, tansu.command, tansu.probe
+        ),
     ]
 
 
@@ -84,12 +128,16 @@ def stack_env() -> dict[str, str]:
     """The DELAYQ_* settings that point a client or node at this stack (at the Redis
     Cluster instead of the single Redis when it is wanted)."""
     ports = {name: service_port(name) for name in DEFAULT_PORTS}
-    redis_url = (f"redis+cluster://{HOST}:{service_port('redis-c1')}"
-                 if redis_cluster_wanted() else f"redis://{HOST}:{ports['redis']}/0")
+    redis_url = (
+        f"redis+cluster://{HOST}:{service_port('redis-c1')}"
+        if redis_cluster_wanted()
+        else f"redis://{HOST}:{ports['redis']}/0"
+    )
     return {
         "DELAYQ_REDIS_URL": redis_url,
-        "DELAYQ_MYSQL_URL": (f"mysql://{MYSQL_USER}:{MYSQL_PASSWORD}@{HOST}:{ports['mysql']}"
-                             f"/{MYSQL_DATABASE}"),
+        "DELAYQ_MYSQL_URL": (
+            f"mysql://{MYSQL_USER}:{MYSQL_PASSWORD}@{HOST}:{ports['mysql']}/{MYSQL_DATABASE}"
+        ),
         "DELAYQ_KAFKA_BOOTSTRAP": f"{HOST}:{ports['kafka']}",
         "DELAYQ_ZK_HOSTS": f"{HOST}:{ports['zookeeper']}",
         # Tansu rejects InitProducerId: the idempotent producer must be off against it.
@@ -115,8 +163,9 @@ def _wait_ready(svc: Service, pid: int) -> None:
     while True:
         if not processes.alive(pid):
             svc.pid_file.unlink(missing_ok=True)
-            raise ServicesError(f"{svc.name} (pid {pid}) exited while starting; "
-                                f"see {svc.log_file}{log_tail(svc)}")
+            raise ServicesError(
+                f"{svc.name} (pid {pid}) exited while starting; see {svc.log_file}{log_tail(svc)}"
+            )
         if processes.serves(svc, pid):
             try:
                 if not set_up and svc.setup is not None:
@@ -151,18 +200,22 @@ def up() -> None:
             if _answers(svc, pid):
                 say(svc, f"already running (pid {pid})")
             elif owner is not None and owner != pid:
-                errors.append(f"{svc.name}: pid {pid} from an earlier `up` is not listening "
-                              f"on port {svc.port}, which "
-                              f"{processes.describe_owner(svc.port)} holds; "
-                              "run `delayq services down` first")
+                errors.append(
+                    f"{svc.name}: pid {pid} from an earlier `up` is not listening "
+                    f"on port {svc.port}, which "
+                    f"{processes.describe_owner(svc.port)} holds; "
+                    "run `delayq services down` first"
+                )
             else:  # still booting, or an earlier setup did not finish: wait for it
                 starting.append((svc, pid, f"running (pid {pid})"))
             continue
         if processes.port_open(svc.port):
-            errors.append(f"{svc.name}: port {svc.port} is already in use by "
-                          f"{processes.describe_owner(svc.port)}, which `delayq services` "
-                          f"did not start; stop it or set "
-                          f"DELAYQ_SERVICES_{svc.name.upper()}_PORT")
+            errors.append(
+                f"{svc.name}: port {svc.port} is already in use by "
+                f"{processes.describe_owner(svc.port)}, which `delayq services` "
+                f"did not start; stop it or set "
+                f"DELAYQ_SERVICES_{svc.name.upper()}_PORT"
+            )
             continue
         try:
             pid = processes.spawn(svc)
@@ -216,8 +269,10 @@ def status() -> dict[str, bool]:
         alive = pid is not None and processes.is_ours(svc, pid)
         running = pid is not None and alive and processes.serves(svc, pid)
         shown = f"pid {pid}" if alive else "pid -"
-        print(f"{svc.name:<12}{svc.address:<17}{shown:<12}{'running' if running else 'stopped'}",
-              flush=True)
+        print(
+            f"{svc.name:<12}{svc.address:<17}{shown:<12}{'running' if running else 'stopped'}",
+            flush=True,
+        )
         result[svc.name] = running
     return result
 
@@ -247,8 +302,7 @@ def run(command: str, *, purge: bool = False, redis_cluster: bool = False) -> in
     except ServicesError as exc:
         print(f"delayq services {command}: error: {exc}", file=sys.stderr, flush=True)
         return 1
-    print(f"delayq services: unknown command {command!r} (up, down, status, env)",
-          file=sys.stderr)
+    print(f"delayq services: unknown command {command!r} (up, down, status, env)", file=sys.stderr)
     return 2
 
 

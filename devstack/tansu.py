@@ -39,8 +39,16 @@ def prepare(svc: Service) -> None:
 
 def command(svc: Service) -> list[str]:
     url = f"tcp://{HOST}:{svc.port}"
-    return [binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-            "--storage-engine", "memory://tansu/"]
+    return [
+        binary(),
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
+    ]
 
 
 def probe(svc: Service) -> None:
@@ -60,6 +68,7 @@ def probe(svc: Service) -> None:
 
 def _run_coroutine(coro: Coroutine[Any, Any, None], *, timeout: float) -> None:
     """asyncio.run in a worker thread: works even when the caller runs an event loop."""
+
     async def bounded() -> None:
         await asyncio.wait_for(coro, timeout)
 

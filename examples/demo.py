@@ -50,12 +50,19 @@ async def main() -> None:
     consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
 
     node = await start_node()
-    print(f"node started (log: {node.log_path}); scheduling {JOBS} jobs over {SPREAD_S:.0f} s "
-          f"to topic {topic}")
+    print(
+        f"node started (log: {node.log_path}); scheduling {JOBS} jobs over {SPREAD_S:.0f} s "
+        f"to topic {topic}"
+    )
     async with DelayClient(settings) as client:
         jobs = [
-            Job(topic, {"order": i, "action": "close-unpaid"}, delay=1 + SPREAD_S * i / JOBS,
-                biz_id=f"order-{i}", biz_type="order.close")
+            Job(
+                topic,
+                {"order": i, "action": "close-unpaid"},
+                delay=1 + SPREAD_S * i / JOBS,
+                biz_id=f"order-{i}",
+                biz_type="order.close",
+            )
             for i in range(JOBS)
         ]
         ids = await client.schedule_many(jobs)
@@ -73,16 +80,20 @@ async def main() -> None:
                     record = orjson.loads(message.value)
                     late = received_ms - record["due_ms"]
                     lateness.append(late)
-                    print(f"fired {message.key.decode():<9} attempt {record['attempt']}  "
-                          f"late {late:6.1f} ms  payload {record['payload']}")
+                    print(
+                        f"fired {message.key.decode():<9} attempt {record['attempt']}  "
+                        f"late {late:6.1f} ms  payload {record['payload']}"
+                    )
         record = await client.get(ids[0])
         print(f"\nMySQL says {ids[0]} is {record.status.name if record else 'missing'}")
     await consumer.stop()
     await node.stop()
     if len(lateness) < expected:
         sys.exit(f"only {len(lateness)} of {expected} jobs arrived")
-    print(f"{len(lateness)} jobs fired; lateness at the consumer: "
-          f"p50 {statistics.median(lateness):.1f} ms, max {max(lateness):.1f} ms")
+    print(
+        f"{len(lateness)} jobs fired; lateness at the consumer: "
+        f"p50 {statistics.median(lateness):.1f} ms, max {max(lateness):.1f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -51,10 +51,16 @@ class Verdict:
     unexpected: int  # fired or stored, but no call that returned ok scheduled it
 
     def row(self) -> dict[str, object]:
-        return {"scheduled": self.scheduled, "fired": self.fired,
-                "duplicates": self.duplicates, "lost": len(self.lost), "early": self.early,
-                "dead": self.dead, "max_lateness_ms": round(self.max_lateness_ms),
-                "unexpected": self.unexpected}
+        return {
+            "scheduled": self.scheduled,
+            "fired": self.fired,
+            "duplicates": self.duplicates,
+            "lost": len(self.lost),
+            "early": self.early,
+            "dead": self.dead,
+            "max_lateness_ms": round(self.max_lateness_ms),
+            "unexpected": self.unexpected,
+        }
 
 
 async def verdict(

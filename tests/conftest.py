@@ -62,8 +62,9 @@ def stack_env() -> Iterator[dict[str, str]]:
 def redis_settings(stack_env: dict[str, str]) -> Settings:
     """Settings of the stack with a Redis key prefix of this test's own; no MySQL
     database is made (for tests of Redis and the scripts alone)."""
-    return Settings.from_env().replace(key_prefix=f"t{uuid.uuid4().hex[:10]}",
-                                       node_id=f"test-{uuid.uuid4().hex[:6]}")
+    return Settings.from_env().replace(
+        key_prefix=f"t{uuid.uuid4().hex[:10]}", node_id=f"test-{uuid.uuid4().hex[:6]}"
+    )
 
 
 @pytest.fixture

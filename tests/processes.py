@@ -26,11 +26,19 @@ class NodeProcess(nodes.NodeProcess):
     and then `extra_env` on top of the test's settings."""
 
     def __init__(
-        self, settings: Settings, log_dir: Path, name: str,
+        self,
+        settings: Settings,
+        log_dir: Path,
+        name: str,
         extra_env: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(name, log_dir, settings=settings, node_id=name,
-                         env={**FAST_FAILOVER, **(extra_env or {})})
+        super().__init__(
+            name,
+            log_dir,
+            settings=settings,
+            node_id=name,
+            env={**FAST_FAILOVER, **(extra_env or {})},
+        )
 
 
 async def start_nodes(settings: Settings, log_dir: Path, names: list[str]) -> list[NodeProcess]:
@@ -50,8 +58,7 @@ async def slots_served_by(settings: Settings) -> dict[int, str | None]:
     one in Redis; None for a slot nobody serves right now."""
     status = await read_status(settings)
     return {
-        s.slot: s.owner_node if s.owner in status.members and s.redis_epoch == s.epoch
-        else None
+        s.slot: s.owner_node if s.owner in status.members and s.redis_epoch == s.epoch else None
         for s in status.slot_status
     }
 

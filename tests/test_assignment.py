@@ -18,9 +18,7 @@ def moved(before: dict[int, str], after: dict[int, str]) -> int:
 
 @pytest.mark.parametrize("slots", [1, 16, 64, 1024])
 @pytest.mark.parametrize("count", [1, 2, 3, 4, 7])
-def test_every_slot_has_one_owner_and_loads_differ_by_at_most_one(
-    slots: int, count: int
-) -> None:
+def test_every_slot_has_one_owner_and_loads_differ_by_at_most_one(slots: int, count: int) -> None:
     owners = assign(slots, MEMBERS[:count])
     assert sorted(owners) == list(range(slots))
     loads = Counter(owners.values())

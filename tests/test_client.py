@@ -25,17 +25,17 @@ def new_id() -> str:
 async def delay_scores(client: DelayClient, redis: RedisClient, job_id: str) -> list[float]:
     keys = client.keys.slot(slot_of(job_id, client.settings.slots))
     return [
-        score for member, score in await redis.zrange(keys.delay, 0, -1, withscores=True)
+        score
+        for member, score in await redis.zrange(keys.delay, 0, -1, withscores=True)
         if member_id(member) == job_id.encode()
     ]
 
 
-async def test_schedule_writes_mysql_then_redis(
-    client: DelayClient, redis: RedisClient
-) -> None:
+async def test_schedule_writes_mysql_then_redis(client: DelayClient, redis: RedisClient) -> None:
     before = now_ms()
-    job_id = await client.schedule("orders.close", {"order": 7}, delay=60, biz_id="order-7",
-                                   biz_type="close", max_attempts=3)
+    job_id = await client.schedule(
+        "orders.close", {"order": 7}, delay=60, biz_id="order-7", biz_type="close", max_attempts=3
+    )
     record = await client.get(job_id)
     assert record is not None
     assert record.status == JobStatus.PENDING
@@ -64,15 +64,13 @@ async def test_same_job_id_twice_is_one_job(client: DelayClient, redis: RedisCli
     assert await delay_scores(client, redis, job_id) == [record.due_ms]
 
 
-async def test_schedule_many_returns_ids_in_order(
-    client: DelayClient, redis: RedisClient
-) -> None:
+async def test_schedule_many_returns_ids_in_order(client: DelayClient, redis: RedisClient) -> None:
     keyed = new_id()
-    jobs: list[Job | dict[str, object]] = [
-        Job("t", i, delay=60 + i) for i in range(5)
+    jobs: list[Job | dict[str, object]] = [Job("t", i, delay=60 + i) for i in range(5)]
+    jobs += [
+        {"topic": "t", "payload": "x", "delay": 60, "job_id": keyed},
+        {"topic": "t", "payload": "y", "delay": 90, "job_id": keyed},
     ]
-    jobs += [{"topic": "t", "payload": "x", "delay": 60, "job_id": keyed},
-             {"topic": "t", "payload": "y", "delay": 90, "job_id": keyed}]
     ids = await client.schedule_many(jobs)  # type: ignore[arg-type]
     assert len(ids) == 7 and ids[5] == ids[6] == keyed
     assert len(set(ids)) == 6
@@ -87,13 +85,16 @@ async def test_schedule_many_returns_ids_in_order(
 async def test_bad_input_changes_nothing(client: DelayClient, redis: RedisClient) -> None:
     good, bad = new_id(), new_id()
     with pytest.raises(InvalidJob, match="job 1: topic"):
-        await client.schedule_many([
-            {"topic": "t", "payload": 1, "delay": 1, "job_id": good},
-            {"topic": "bad topic", "payload": 1, "delay": 1, "job_id": bad},
-        ])
+        await client.schedule_many(
+            [
+                {"topic": "t", "payload": 1, "delay": 1, "job_id": good},
+                {"topic": "bad topic", "payload": 1, "delay": 1, "job_id": bad},
+            ]
+        )
     with pytest.raises(InvalidJob, match="payload_max_bytes"):
-        await client.schedule("t", "x" * (client.settings.payload_max_bytes + 1), delay=1,
-                              job_id=bad)
+        await client.schedule(
+            "t", "x" * (client.settings.payload_max_bytes + 1), delay=1, job_id=bad
+        )
     with pytest.raises(InvalidJob):
         await client.schedule("t", 1, delay=float("nan"), job_id=bad)
     with pytest.raises(InvalidJob, match="list of jobs"):
@@ -164,10 +165,14 @@ HOSTILE = ["'; DROP TABLE job_0000; --", "redis.call('FLUSHALL')", "\\\\", "{dq:
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda c: c.schedule_many([{"topic": "t", "payload": 1, "delay": 1}] * 100_001),
-         "at most"),
-        (lambda c: c.schedule_many([{"topic": "t", "payload": 1, "delay": 1}, "job"]),
-         "job 1: each job must be a Job or a mapping"),
+        (
+            lambda c: c.schedule_many([{"topic": "t", "payload": 1, "delay": 1}] * 100_001),
+            "at most",
+        ),
+        (
+            lambda c: c.schedule_many([{"topic": "t", "payload": 1, "delay": 1}, "job"]),
+            "job 1: each job must be a Job or a mapping",
+        ),
         (lambda c: c.schedule("t", 1, delay=1, job_id="x" * 201), "job_id"),
         (lambda c: c.schedule("t", 1, delay=1, job_id=7), "job_id must be a str"),
         (lambda c: c.schedule(HOSTILE[0], 1, delay=1), "not a valid Kafka topic"),
@@ -196,8 +201,9 @@ async def test_bad_input_matrix_changes_nothing(
 
 async def test_hostile_text_is_stored_verbatim(client: DelayClient) -> None:
     for text in HOSTILE:
-        job_id = await client.schedule("t", {"v": text}, delay=60, job_id=text + "-id",
-                                       biz_id=text, biz_type=text[:64])
+        job_id = await client.schedule(
+            "t", {"v": text}, delay=60, job_id=text + "-id", biz_id=text, biz_type=text[:64]
+        )
         record = await client.get(job_id)
         assert record is not None
         assert (record.job_id, record.biz_id, record.biz_type) == (text + "-id", text, text)

@@ -23,8 +23,13 @@ def joining_member(settings: Settings, redis: RedisClient) -> Membership:
     async def nothing_in_flight(slot: int) -> None:
         return None
 
-    return Membership(settings, Scripts(redis, KeySpace(settings.key_prefix)), HeldSlots(),
-                      on_acquired=lambda slot: None, quiesce=nothing_in_flight)
+    return Membership(
+        settings,
+        Scripts(redis, KeySpace(settings.key_prefix)),
+        HeldSlots(),
+        on_acquired=lambda slot: None,
+        quiesce=nothing_in_flight,
+    )
 
 
 def owned(node: Node) -> frozenset[int]:
@@ -58,6 +63,7 @@ async def test_two_nodes_split_the_slots_and_hand_them_over_on_stop(
     await a.start()
     b: Node | None = None
     try:
+
         async def a_owns_all() -> bool:
             return len(owned(a)) == settings.slots
 

@@ -71,8 +71,7 @@ async def test_three_nodes_share_jobs_none_lost_none_duplicated(
     finally:
         stop_all(nodes)
     lost, duplicates = tally(ids, fired)
-    report("steady", lost=len(lost), duplicates=duplicates,
-           found_by_reread=collector.reread_found)
+    report("steady", lost=len(lost), duplicates=duplicates, found_by_reread=collector.reread_found)
     assert not lost
     assert duplicates == 0
     # Not one retry either: a duplicate still on its way would show up here first.
@@ -96,9 +95,13 @@ async def test_kill_9_moves_its_slots_and_every_job_fires(
     finally:
         stop_all(nodes)
     lost, duplicates = tally(ids, fired)
-    report("kill -9", slots_served_again_after_s=round(served_at - killed_at, 2),
-           lost=len(lost), duplicates=duplicates,
-           max_lateness_ms=max(r["received_ms"] - r["due_ms"] for r in collector.records))
+    report(
+        "kill -9",
+        slots_served_again_after_s=round(served_at - killed_at, 2),
+        lost=len(lost),
+        duplicates=duplicates,
+        max_lateness_ms=max(r["received_ms"] - r["due_ms"] for r in collector.records),
+    )
     assert not lost
     assert all(r["fired_ms"] >= r["due_ms"] for r in collector.records)  # type: ignore
 
@@ -120,8 +123,9 @@ async def test_paused_node_fires_nothing_for_slots_it_lost_then_rejoins(
         continued_at = time.time() * 1000
         await wait_served(settings, set(NAMES))
         status = await read_status(settings)
-        [rejoined_at] = [m["joined_ms"] for m in status.members.values()
-                         if m["node_id"] == paused.name]
+        [rejoined_at] = [
+            m["joined_ms"] for m in status.members.values() if m["node_id"] == paused.name
+        ]
         # Jobs due after it rejoined, in every slot: the first batch may all have fired
         # by then when the pause came late (e.g. a slow consumer delayed it).
         ids += await client.schedule_many([Job(topic, i, delay=0.5) for i in range(1600)])
@@ -131,20 +135,27 @@ async def test_paused_node_fires_nothing_for_slots_it_lost_then_rejoins(
     from_paused = [r for r in collector.records if r["node"] == paused.name]
     # Claimed while it did not own the slot: after it froze, before it rejoined.
     claimed_without_ownership = [
-        r for r in from_paused if stopped_at <= r["fired_ms"] < rejoined_at  # type: ignore
+        r
+        for r in from_paused
+        if stopped_at <= r["fired_ms"] < rejoined_at  # type: ignore
     ]
     # Claimed before it froze and already handed to the Kafka producer, delivered after
     # it woke up (the new owner retries them too: duplicates after a failure).
     delivered_late = [
-        r for r in from_paused
+        r
+        for r in from_paused
         if r["fired_ms"] < stopped_at and r["received_ms"] > continued_at  # type: ignore
     ]
     lost, duplicates = tally(ids, fired)
-    report("SIGSTOP", paused_for_s=round((continued_at - stopped_at) / 1000, 2),
-           rejoined_after_continue_s=round((rejoined_at - continued_at) / 1000, 2),
-           claimed_without_ownership=len(claimed_without_ownership),
-           claimed_before_pause_delivered_after=len(delivered_late),
-           lost=len(lost), duplicates=duplicates)
+    report(
+        "SIGSTOP",
+        paused_for_s=round((continued_at - stopped_at) / 1000, 2),
+        rejoined_after_continue_s=round((rejoined_at - continued_at) / 1000, 2),
+        claimed_without_ownership=len(claimed_without_ownership),
+        claimed_before_pause_delivered_after=len(delivered_late),
+        lost=len(lost),
+        duplicates=duplicates,
+    )
     assert claimed_without_ownership == []
     assert not lost
     assert any(r["fired_ms"] >= rejoined_at for r in from_paused)  # type: ignore
@@ -166,8 +177,14 @@ async def test_a_fourth_node_joins_mid_run_and_takes_its_share(
     finally:
         stop_all(nodes)
     lost, duplicates = tally(ids, fired)
-    report("join", share_taken_after_s=round(served_at - joined_at, 2), slots_taken=share,
-           lost=len(lost), duplicates=duplicates, found_by_reread=collector.reread_found)
+    report(
+        "join",
+        share_taken_after_s=round(served_at - joined_at, 2),
+        slots_taken=share,
+        lost=len(lost),
+        duplicates=duplicates,
+        found_by_reread=collector.reread_found,
+    )
     assert not lost
     assert duplicates == 0  # a graceful hand-off is not a failure
     assert {r["attempt"] for r in collector.records} == {1}

@@ -35,16 +35,16 @@ GENERATED = LUA / "includes" / "contract.lua"
 
 def test_the_lua_include_is_generated_from_the_contract() -> None:
     assert GENERATED.read_text() == lua_include(), (
-        "lua/includes/contract.lua is out of date; regenerate it with\n"
-        "  make contract"
+        "lua/includes/contract.lua is out of date; regenerate it with\n  make contract"
     )
 
 
 def test_the_schema_comment_names_every_status() -> None:
     schema = (ROOT / "schema" / "001_jobs.sql").read_text()
     # The jobs table comes first; the history table's status column says something else.
-    found = re.search(r"^\s*status\s+TINYINT\b.*?COMMENT '([^']*)'", schema,
-                      re.MULTILINE | re.DOTALL)
+    found = re.search(
+        r"^\s*status\s+TINYINT\b.*?COMMENT '([^']*)'", schema, re.MULTILINE | re.DOTALL
+    )
     assert found, "no status column with a comment in schema/001_jobs.sql"
     comment = found.group(1)
     # Each "<number> <name>", with any aside in parentheses: "1 firing (retrying)".
@@ -71,22 +71,36 @@ def test_scripts_use_the_contract_names(path: Path) -> None:
     problems = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         code = line.split("--", 1)[0]  # comments may name numbers
-        problems += [f"{path.name}:{number}: {why}: {line.strip()}"
-                     for pattern, why in FORBIDDEN if pattern.search(code)]
+        problems += [
+            f"{path.name}:{number}: {why}: {line.strip()}"
+            for pattern, why in FORBIDDEN
+            if pattern.search(code)
+        ]
     assert problems == []
 
 
 def test_the_scan_catches_bare_codes() -> None:
     caught = [
-        "journal(done, 2, attempt, now, id, '')", "return -4", "return {-2, 0}",
-        "local next_due = -1", "if score == -1 then", "local id = string.sub(member, 13)",
-        "string.sub(v, 1, 12)", "string.format('%012x', n)",
+        "journal(done, 2, attempt, now, id, '')",
+        "return -4",
+        "return {-2, 0}",
+        "local next_due = -1",
+        "if score == -1 then",
+        "local id = string.sub(member, 13)",
+        "string.sub(v, 1, 12)",
+        "string.format('%012x', n)",
     ]
     for line in caught:
         assert any(pattern.search(line) for pattern, _ in FORBIDDEN), line
-    fine = ["journal(done, STATUS_FIRED, attempt, now, id, '')", "return CHANGE_FIRED",
-            "return {retried, dead, earliest}", "redis.call('LTRIM', done, n, -1)",
-            "math.max(attempt - 1, 0)", "string.sub(v, body_at)", "return 1"]
+    fine = [
+        "journal(done, STATUS_FIRED, attempt, now, id, '')",
+        "return CHANGE_FIRED",
+        "return {retried, dead, earliest}",
+        "redis.call('LTRIM', done, n, -1)",
+        "math.max(attempt - 1, 0)",
+        "string.sub(v, body_at)",
+        "return 1",
+    ]
     for line in fine:
         assert not any(pattern.search(line) for pattern, _ in FORBIDDEN), line
 
@@ -95,13 +109,15 @@ def test_the_scan_catches_bare_codes() -> None:
 def test_each_script_defines_the_contract_once(name: str) -> None:
     source = load_source(name)
     assert not re.search(r"^--@include", source, re.MULTILINE)
-    uses = re.search(r"\b(STATUS|ADD|CHANGE|TAKE|REPLAY|ERROR)_[A-Z_]+\b|\bNO_TIME\b"
-                     r"|\bmember_(of|seq|id)\(|\bseq_hex\(", source)
+    uses = re.search(
+        r"\b(STATUS|ADD|CHANGE|TAKE|REPLAY|ERROR)_[A-Z_]+\b|\bNO_TIME\b"
+        r"|\bmember_(of|seq|id)\(|\bseq_hex\(",
+        source,
+    )
     assert source.count("local NO_TIME =") == (1 if uses else 0)
 
 
-@pytest.mark.parametrize("enum", [JobStatus, AddCode, ChangeCode, TakeCode, ReplayCode,
-                                  ErrorCode])
+@pytest.mark.parametrize("enum", [JobStatus, AddCode, ChangeCode, TakeCode, ReplayCode, ErrorCode])
 def test_enum_values_are_distinct(enum: type[Enum]) -> None:
     values = [member.value for member in enum.__members__.values()]  # aliases too
     assert len(set(values)) == len(values)

@@ -25,8 +25,9 @@ async def make_dead(client: DelayClient, scripts: Scripts, topic: str, count: in
     )
     slots = sorted({slot_of(job_id, client.settings.slots) for job_id in ids})
     await scripts.move_many([(slot, 0) for slot in slots], 100)
-    for slot, claim in zip(slots, await scripts.claim_many([(s, 0) for s in slots], 100, 60_000),
-                           strict=True):
+    for slot, claim in zip(
+        slots, await scripts.claim_many([(s, 0) for s in slots], 100, 60_000), strict=True
+    ):
         assert claim is not None
         await scripts.nack(slot, 0, [c.job_id for c in claim[1]], "broker said no", 10, 10)
     return ids
@@ -63,7 +64,10 @@ async def test_poison_job_goes_dead_with_its_error_and_others_fire(
 
 
 async def test_replay_fires_dead_jobs_again(
-    settings: Settings, client: DelayClient, scripts: Scripts, topic: str,
+    settings: Settings,
+    client: DelayClient,
+    scripts: Scripts,
+    topic: str,
     collector: Collector,
 ) -> None:
     ids = await make_dead(client, scripts, topic, 5)
@@ -93,13 +97,17 @@ async def test_replay_fires_dead_jobs_again(
 
 
 async def test_a_purged_job_named_by_id_is_replayed_from_mysql(
-    settings: Settings, client: DelayClient, scripts: Scripts, topic: str,
+    settings: Settings,
+    client: DelayClient,
+    scripts: Scripts,
+    topic: str,
     collector: Collector,
 ) -> None:
     [job_id] = await make_dead(client, scripts, topic, 1)
     node = Node(settings)
     await node.start()
     try:
+
         async def dead_recorded() -> bool:
             row = await client.get(job_id)
             return row is not None and row.status == JobStatus.DEAD
@@ -127,12 +135,20 @@ async def test_purge_forgets_dead_jobs_in_redis_only(
 
 
 def test_dead_cli(settings: Settings) -> None:
-    env = {**os.environ, "DELAYQ_KEY_PREFIX": settings.key_prefix,
-           "DELAYQ_MYSQL_URL": settings.mysql_url}
+    env = {
+        **os.environ,
+        "DELAYQ_KEY_PREFIX": settings.key_prefix,
+        "DELAYQ_MYSQL_URL": settings.mysql_url,
+    }
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "cluster.cli", "dead", *args],
-                              env=env, capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "cluster.cli", "dead", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     assert cli("list").stdout == ""
     refused = cli("replay")

@@ -17,8 +17,9 @@ from tests.conftest import Collector, wait_for
 async def test_job_fires_to_kafka_with_its_record(
     client: DelayClient, node: Node, topic: str, collector: Collector
 ) -> None:
-    job_id = await client.schedule(topic, {"order": 42, "text": "日本"}, delay=0.3,
-                                   biz_id="order-42", biz_type="close")
+    job_id = await client.schedule(
+        topic, {"order": 42, "text": "日本"}, delay=0.3, biz_id="order-42", biz_type="close"
+    )
     [record] = await collector.until(1, timeout_s=30)
     assert collector.keys == [b"order-42"]
     assert record["job_id"] == job_id
@@ -101,8 +102,9 @@ async def test_injection_looking_fields_fire_and_record_verbatim(
 ) -> None:
     job_id = f"x'); DROP TABLE job_0000; -- \\' \" redis.call('FLUSHALL') 订单 {uuid.uuid4()}"
     biz_id = "'; SELECT SLEEP(10); --"
-    await client.schedule(topic, {"q": "' OR 1=1 --"}, delay=0.1, job_id=job_id,
-                          biz_id=biz_id, biz_type="\\\\")
+    await client.schedule(
+        topic, {"q": "' OR 1=1 --"}, delay=0.1, job_id=job_id, biz_id=biz_id, biz_type="\\\\"
+    )
     [record] = await collector.until(1, timeout_s=30)
     assert (record["job_id"], record["biz_id"], record["biz_type"]) == (job_id, biz_id, "\\\\")
     assert collector.keys == [biz_id.encode()]
@@ -138,7 +140,8 @@ async def test_jobs_in_flight_on_a_dead_node_are_retried(
     assert {r["attempt"] for r in records} == {2}
     history = await client.mysql.history(ids[0])
     assert [(h["status"], h["attempt"], h["note"]) for h in history] == [
-        (JobStatus.FIRING, 1, "in-flight deadline passed"), (JobStatus.FIRED, 2, None)
+        (JobStatus.FIRING, 1, "in-flight deadline passed"),
+        (JobStatus.FIRED, 2, None),
     ]
     record = await client.get(ids[0])
     assert record is not None and (record.status, record.attempts) == (JobStatus.FIRED, 2)

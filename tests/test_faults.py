@@ -41,7 +41,10 @@ PER_TICK = 50  # 500 jobs/s
 
 
 async def steady_load(
-    ledger: Ledger, client: DelayClient, topic: str, seconds: float = LOAD_S,
+    ledger: Ledger,
+    client: DelayClient,
+    topic: str,
+    seconds: float = LOAD_S,
     extra: Callable[[int], list[dict[str, Any]]] | None = None,
 ) -> None:
     rng = random.Random(3)
@@ -58,8 +61,12 @@ async def steady_load(
 
 
 async def settle(
-    name: str, ledger: Ledger, collector: Collector, client: DelayClient,
-    redis: RedisClient, timeout_s: float = 120,
+    name: str,
+    ledger: Ledger,
+    collector: Collector,
+    client: DelayClient,
+    redis: RedisClient,
+    timeout_s: float = 120,
 ) -> Verdict:
     """Wait until every job that should fire did and the stores agree; then judge."""
     deadline = time.monotonic() + timeout_s
@@ -76,9 +83,14 @@ async def settle(
         await asyncio.sleep(0.5)
     await collector.quiet_for(1.0)
     result = await verdict(ledger, collector.records, client, redis)
-    row = {"scenario": name, **result.row(), "schedule_failed": ledger.schedule_failed,
-           "schedule_unknown": ledger.schedule_unknown,
-           "cancelled": len(ledger.cancelled), "found_by_reread": collector.reread_found}
+    row = {
+        "scenario": name,
+        **result.row(),
+        "schedule_failed": ledger.schedule_failed,
+        "schedule_unknown": ledger.schedule_unknown,
+        "cancelled": len(ledger.cancelled),
+        "found_by_reread": collector.reread_found,
+    }
     print(f"\n[{name}] {row}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     with RESULTS.open("ab") as out:
@@ -104,9 +116,16 @@ def assert_safe(result: Verdict, ledger: Ledger) -> None:
 
 
 async def scenario(
-    name: str, settings: Settings, client: DelayClient, redis: RedisClient, topic: str,
-    collector: Collector, tmp_path: Path, fault: Callable[[list[NodeProcess]], Awaitable[None]],
-    nodes: int = 2, node_env: dict[str, str] | None = None,
+    name: str,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
+    fault: Callable[[list[NodeProcess]], Awaitable[None]],
+    nodes: int = 2,
+    node_env: dict[str, str] | None = None,
     extra: Callable[[int], list[dict[str, Any]]] | None = None,
 ) -> tuple[Verdict, Ledger]:
     procs = [NodeProcess(settings, tmp_path, f"{name}-{i}", node_env) for i in range(nodes)]
@@ -129,6 +148,7 @@ async def scenario(
 @contextlib.asynccontextmanager
 async def reading(collector: Collector) -> AsyncIterator[None]:
     """Keep reading Kafka meanwhile, so that lateness is measured when records arrive."""
+
     async def poll_forever() -> None:
         while True:
             await collector.poll()
@@ -143,35 +163,50 @@ async def reading(collector: Collector) -> AsyncIterator[None]:
 
 
 async def test_sigkill_a_node_mid_dispatch(
-    settings: Settings, client: DelayClient, redis: RedisClient, topic: str,
-    collector: Collector, tmp_path: Path,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
 ) -> None:
     async def fault(procs: list[NodeProcess]) -> None:
         procs[0].signal(signal.SIGKILL)
 
-    result, ledger = await scenario("sigkill-node", settings, client, redis, topic, collector,
-                               tmp_path, fault)
+    result, ledger = await scenario(
+        "sigkill-node", settings, client, redis, topic, collector, tmp_path, fault
+    )
     assert_safe(result, ledger)
 
 
 async def test_flushall(
-    settings: Settings, client: DelayClient, redis: RedisClient, topic: str,
-    collector: Collector, tmp_path: Path,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
 ) -> None:
     async def fault(procs: list[NodeProcess]) -> None:
         await redis.flushall()
 
-    result, ledger = await scenario("flushall", settings, client, redis, topic, collector,
-                               tmp_path, fault)
+    result, ledger = await scenario(
+        "flushall", settings, client, redis, topic, collector, tmp_path, fault
+    )
     assert_safe(result, ledger)
 
 
 async def test_redis_restarted_without_persistence(
-    settings: Settings, client: DelayClient, redis: RedisClient, topic: str,
-    collector: Collector, tmp_path: Path,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
 ) -> None:
     """Redis dies and comes back empty (its AOF deleted): the lost owner keys fence the
     nodes, which take their slots again and re-add the pending jobs from MySQL."""
+
     async def fault(procs: list[NodeProcess]) -> None:
         pid = stack.service_pid("redis")
         assert pid is not None
@@ -180,14 +215,19 @@ async def test_redis_restarted_without_persistence(
         shutil.rmtree(stack.state_dir() / "redis" / "appendonlydir", ignore_errors=True)
         await asyncio.to_thread(stack.up)
 
-    result, ledger = await scenario("redis-restart-empty", settings, client, redis, topic,
-                               collector, tmp_path, fault)
+    result, ledger = await scenario(
+        "redis-restart-empty", settings, client, redis, topic, collector, tmp_path, fault
+    )
     assert_safe(result, ledger)
 
 
 async def test_broker_unreachable_for_10_s(
-    settings: Settings, client: DelayClient, redis: RedisClient, topic: str,
-    collector: Collector, tmp_path: Path,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
 ) -> None:
     """The broker stops answering (SIGSTOP: the local broker keeps its log in memory, so
     it is paused rather than killed); publishing fails and is retried with backoff."""
@@ -201,44 +241,61 @@ async def test_broker_unreachable_for_10_s(
         finally:
             os.kill(pid, signal.SIGCONT)
 
-    result, ledger = await scenario("broker-down-10s", settings, client, redis, topic, collector,
-                               tmp_path, fault)
+    result, ledger = await scenario(
+        "broker-down-10s", settings, client, redis, topic, collector, tmp_path, fault
+    )
     assert_safe(result, ledger)
 
 
 async def test_mysql_down_for_10_s(
-    settings: Settings, client: DelayClient, redis: RedisClient, topic: str,
-    collector: Collector, tmp_path: Path,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
 ) -> None:
     """schedule() fails with StoreUnavailable and writes nothing; firing goes on and the
     outcomes are recorded when MySQL is back."""
+
     async def fault(procs: list[NodeProcess]) -> None:
         await down_for("mysql", 10)
 
-    result, ledger = await scenario("mysql-down-10s", settings, client, redis, topic,
-                                    collector, tmp_path, fault)
+    result, ledger = await scenario(
+        "mysql-down-10s", settings, client, redis, topic, collector, tmp_path, fault
+    )
     assert_safe(result, ledger)
     assert ledger.schedule_failed > 0
 
 
 async def test_zookeeper_down_for_10_s(
-    settings: Settings, client: DelayClient, redis: RedisClient, topic: str,
-    collector: Collector, tmp_path: Path,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
 ) -> None:
     async def fault(procs: list[NodeProcess]) -> None:
         await down_for("zookeeper", 10)
 
-    result, ledger = await scenario("zookeeper-down-10s", settings, client, redis, topic,
-                               collector, tmp_path, fault)
+    result, ledger = await scenario(
+        "zookeeper-down-10s", settings, client, redis, topic, collector, tmp_path, fault
+    )
     assert_safe(result, ledger)
 
 
 async def test_a_node_whose_zookeeper_session_expires(
-    settings: Settings, client: DelayClient, redis: RedisClient, topic: str,
-    collector: Collector, tmp_path: Path,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
 ) -> None:
     """A node freezes (SIGSTOP) past its 3 s session timeout: the other node takes its
     slots, fenced by new epochs; it wakes up, finds its session gone and rejoins."""
+
     async def fault(procs: list[NodeProcess]) -> None:
         procs[0].signal(signal.SIGSTOP)
         try:
@@ -246,48 +303,81 @@ async def test_a_node_whose_zookeeper_session_expires(
         finally:
             procs[0].signal(signal.SIGCONT)
 
-    result, ledger = await scenario("zk-session-expired", settings, client, redis, topic,
-                                    collector, tmp_path, fault)
+    result, ledger = await scenario(
+        "zk-session-expired", settings, client, redis, topic, collector, tmp_path, fault
+    )
     assert_safe(result, ledger)
 
 
 async def test_poison_jobs_go_dead_and_the_rest_fire(
-    settings: Settings, client: DelayClient, redis: RedisClient, topic: str,
-    collector: Collector, tmp_path: Path,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
 ) -> None:
     def poison(tick: int) -> list[dict[str, Any]]:
-        return [{"topic": topic, "payload": "x" * 30_000, "delay": 0.5, "max_attempts": 2}] \
-            if tick % 10 == 0 else []
+        return (
+            [{"topic": topic, "payload": "x" * 30_000, "delay": 0.5, "max_attempts": 2}]
+            if tick % 10 == 0
+            else []
+        )
 
     async def fault(procs: list[NodeProcess]) -> None:
         return None
 
     result, ledger = await scenario(
-        "poison-jobs", settings, client, redis, topic, collector, tmp_path, fault,
-        node_env={"DELAYQ_KAFKA_MAX_BATCH_BYTES": "20000"}, extra=poison,
+        "poison-jobs",
+        settings,
+        client,
+        redis,
+        topic,
+        collector,
+        tmp_path,
+        fault,
+        node_env={"DELAYQ_KAFKA_MAX_BATCH_BYTES": "20000"},
+        extra=poison,
     )
     assert_safe(result, ledger)
     assert result.dead >= 6
 
 
 async def test_node_clock_an_hour_ahead(
-    settings: Settings, client: DelayClient, redis: RedisClient, topic: str,
-    collector: Collector, tmp_path: Path,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
 ) -> None:
     async def fault(procs: list[NodeProcess]) -> None:
         return None
 
     result, ledger = await scenario(
-        "clock-1h-ahead", settings, client, redis, topic, collector, tmp_path, fault,
-        nodes=1, node_env={"DELAYQ_CLOCK_OFFSET_MS": "3600000"},
+        "clock-1h-ahead",
+        settings,
+        client,
+        redis,
+        topic,
+        collector,
+        tmp_path,
+        fault,
+        nodes=1,
+        node_env={"DELAYQ_CLOCK_OFFSET_MS": "3600000"},
     )
     assert_safe(result, ledger)
 
 
 @pytest.mark.parametrize("failpoint", NAMES)
 async def test_crash_at_failpoint(
-    failpoint: str, settings: Settings, client: DelayClient, redis: RedisClient, topic: str,
-    collector: Collector, tmp_path: Path,
+    failpoint: str,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
 ) -> None:
     """A node dies at an exact step; a second node (started when it died) loses nothing."""
     crashing = NodeProcess(settings, tmp_path, "crashing", {"DELAYQ_FAILPOINT": failpoint})
@@ -310,8 +400,12 @@ async def test_crash_at_failpoint(
 
 
 async def test_same_job_id_from_two_clients_at_once(
-    settings: Settings, client: DelayClient, redis: RedisClient, topic: str,
-    collector: Collector, tmp_path: Path,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
 ) -> None:
     node = NodeProcess(settings, tmp_path, "node")
     ledger = Ledger()
@@ -319,10 +413,13 @@ async def test_same_job_id_from_two_clients_at_once(
         await node.wait_ready()
         async with DelayClient(settings) as other:
             ids = [f"same-{i}" for i in range(300)]
-            firsts = await asyncio.gather(*(
-                c.schedule(topic, {"from": n}, delay=0.5, job_id=job_id)
-                for job_id in ids for n, c in enumerate((client, other))
-            ))
+            firsts = await asyncio.gather(
+                *(
+                    c.schedule(topic, {"from": n}, delay=0.5, job_id=job_id)
+                    for job_id in ids
+                    for n, c in enumerate((client, other))
+                )
+            )
         assert sorted(set(firsts)) == sorted(ids)
         ledger.scheduled.update(ids)
         result = await settle("same-job-id", ledger, collector, client, redis)
@@ -336,17 +433,21 @@ async def test_same_job_id_from_two_clients_at_once(
 
 
 async def test_cancel_racing_with_fire(
-    settings: Settings, client: DelayClient, redis: RedisClient, topic: str,
-    collector: Collector, tmp_path: Path,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
 ) -> None:
     node = NodeProcess(settings, tmp_path, "node")
     ledger = Ledger()
     try:
         await node.wait_ready()
         await asyncio.sleep(0.5)  # the node owns its slots
-        ids = await client.schedule_many([
-            {"topic": topic, "payload": i, "delay": 1.0} for i in range(1000)
-        ])
+        ids = await client.schedule_many(
+            [{"topic": topic, "payload": i, "delay": 1.0} for i in range(1000)]
+        )
         ledger.scheduled.update(ids)
         # A wave of cancels across the moment they come due: some win, some are late.
         await asyncio.sleep(0.6)

@@ -53,7 +53,8 @@ async def test_node_loads_far_jobs_and_fires_each_once_never_early(
     try:
         async with DelayClient(tiered) as client:
             ids = await client.schedule_many(
-                [Job(topic, i, delay=2.5 + (i % 20) / 10) for i in range(300)])
+                [Job(topic, i, delay=2.5 + (i % 20) / 10) for i in range(300)]
+            )
             assert not any([await in_redis(tiered, redis, job_id) for job_id in ids])
             records = await collector.until(300, timeout_s=60)
             await collector.quiet_for(1.0)
@@ -87,8 +88,8 @@ async def test_cancel_and_reschedule_of_far_jobs(
     try:
         async with DelayClient(tiered) as client:
             cancelled, moved_in, stays_far = await client.schedule_many(
-                [Job(topic, "c", delay=2.5), Job(topic, "m", delay=600),
-                 Job(topic, "f", delay=600)])
+                [Job(topic, "c", delay=2.5), Job(topic, "m", delay=600), Job(topic, "f", delay=600)]
+            )
             assert await client.cancel(cancelled)
             assert await client.reschedule(moved_in, delay=0.2)  # into the horizon
             assert await client.reschedule(stays_far, delay=500)  # still beyond it
@@ -112,9 +113,9 @@ async def test_reconcile_loads_exactly_the_rows_due_in_its_window(
         rows = await client.mysql.get_many(ids)
         dues = [rows[job_id].due_ms for job_id in ids]  # one second apart
         slots = range(tiered.slots)
-        first = await reconcile(tiered, client.mysql, client.scripts, slots,
-                                until_ms=dues[3])
-        second = await reconcile(tiered, client.mysql, client.scripts, slots,
-                                 since_ms=dues[3], until_ms=dues[7])
+        first = await reconcile(tiered, client.mysql, client.scripts, slots, until_ms=dues[3])
+        second = await reconcile(
+            tiered, client.mysql, client.scripts, slots, since_ms=dues[3], until_ms=dues[7]
+        )
     assert (first.readded, second.readded) == (3, 4)
     assert [await in_redis(tiered, redis, job_id) for job_id in ids] == [True] * 7 + [False] * 3

@@ -74,8 +74,10 @@ async def test_add_same_id_twice_is_one_job(
     assert statuses == [AddCode.PRESENT]
     assert not woke
     assert await redis.zcard(k.slot(SLOT).delay) == 1
-    assert await redis.zscore(k.slot(SLOT).delay, (await redis.zrange(
-        k.slot(SLOT).delay, 0, 0))[0]) == due
+    assert (
+        await redis.zscore(k.slot(SLOT).delay, (await redis.zrange(k.slot(SLOT).delay, 0, 0))[0])
+        == due
+    )
 
 
 async def test_add_wakes_only_when_earliest_moves_earlier(
@@ -272,8 +274,9 @@ async def test_reap_returns_only_expired_in_flight_jobs(
 async def test_cancel_in_each_state(scripts: Scripts, redis: RedisClient, k: KeySpace) -> None:
     s = k.slot(SLOT)
     now = now_ms()
-    await scripts.add(SLOT, [job("waiting", now + HOUR_MS), job("ready", now - 4),
-                             job("flying", now - 5)])
+    await scripts.add(
+        SLOT, [job("waiting", now + HOUR_MS), job("ready", now - 4), job("flying", now - 5)]
+    )
     await scripts.move(SLOT, 0, 100)
     await scripts.claim(SLOT, 0, 1, HOUR_MS)  # "flying", the earliest
     assert await scripts.cancel(SLOT, "waiting", HOUR_MS) == ChangeCode.CHANGED
@@ -357,8 +360,9 @@ async def test_trim_journal_drops_recorded_entries_and_fired_markers(
 # ----- fencing ------------------------------------------------------------------------------
 
 
-async def test_take_installs_only_newer_epochs(scripts: Scripts, redis: RedisClient,
-                                               k: KeySpace) -> None:
+async def test_take_installs_only_newer_epochs(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
     assert await scripts.take(SLOT, 3)
     assert await scripts.take(SLOT, 3)  # idempotent
     assert not await scripts.take(SLOT, 2)  # stale
@@ -390,7 +394,8 @@ async def test_scripts_acting_as_owner_refuse_an_old_epoch(
     assert await redis.zrange(s.inflight, 0, -1) == [b"a"]
     # The batched forms report the fenced slot in place instead of failing the batch.
     assert await scripts.claim_many([(SLOT, 1), (SLOT + 1, 0)], 10, 30_000) == [
-        None, (pytest.approx(now_ms(), abs=60_000), [])
+        None,
+        (pytest.approx(now_ms(), abs=60_000), []),
     ]
     # The current epoch works.
     _, claimed = await scripts.claim(SLOT, 2, 10, 30_000)
@@ -424,7 +429,10 @@ async def test_dead_replay_makes_dead_jobs_due_now_and_journals_it(
     await scripts.add(SLOT, [job("b", now_ms() + HOUR_MS)])  # pending, not dead
     before = now_ms()
     assert await scripts.dead_replay(SLOT, ["a", "b", "nobody"]) == [
-        ReplayCode.REPLAYED, ReplayCode.NOT_DEAD, ReplayCode.NOT_DEAD]
+        ReplayCode.REPLAYED,
+        ReplayCode.NOT_DEAD,
+        ReplayCode.NOT_DEAD,
+    ]
     assert await redis.zcard(s.dead) == 0
     assert not await redis.hexists(s.attempts, "a")  # a fresh set of attempts
     delay = dict(await redis.zrange(s.delay, 0, -1, withscores=True))

@@ -34,7 +34,8 @@ async def new_database(stack_env: dict[str, str]) -> AsyncIterator[NewDatabase]:
     async def make(databases: int = 1, tables: int = 2) -> Settings:
         prefix = f"m{uuid.uuid4().hex[:10]}"
         base = Settings.from_env().replace(
-            key_prefix=prefix, mysql_databases=databases, mysql_tables=tables)
+            key_prefix=prefix, mysql_databases=databases, mysql_tables=tables
+        )
         settings = await create_cluster_database(base, f"delayq_{prefix}", migrate=False)
         made.append(settings)
         return settings
@@ -76,8 +77,11 @@ async def query(settings: Settings, sql: str, *args: Any) -> list[tuple[Any, ...
 
 async def recorded(settings: Settings) -> list[tuple[int, str, int, bool]]:
     """(version, name, shards_done, applied) of every row of delayq_migrations."""
-    rows = await query(settings, "SELECT version, name, shards_done, applied_at IS NOT NULL"
-                       " FROM delayq_migrations ORDER BY version")
+    rows = await query(
+        settings,
+        "SELECT version, name, shards_done, applied_at IS NOT NULL"
+        " FROM delayq_migrations ORDER BY version",
+    )
     return [(int(v), n, int(d), bool(a)) for v, n, d, a in rows]
 
 
@@ -89,7 +93,8 @@ async def tables_with_column(settings: Settings, column: str) -> set[str]:
         settings,
         "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.COLUMNS"
         f" WHERE COLUMN_NAME = %s AND TABLE_SCHEMA IN ({marks})",
-        column, *sorted(schemas),
+        column,
+        *sorted(schemas),
     )
     return {f"`{schema}`.`{table}`" for schema, table in rows}
 
@@ -126,7 +131,9 @@ async def test_a_new_migration_is_applied_once_to_every_shard(
     assert len(every_job_table) == databases * 2
     assert await tables_with_column(settings, "tenant") == every_job_table
     assert await recorded(settings) == [
-        (1, FIRST, databases * 2, True), (2, "002_tenant.sql", databases * 2, True)]
+        (1, FIRST, databases * 2, True),
+        (2, "002_tenant.sql", databases * 2, True),
+    ]
     meta = dict(await query(settings, "SELECT name, value FROM delayq_meta"))
     assert meta["schema_version"] == "2"
 
@@ -148,10 +155,17 @@ async def test_an_old_style_database_is_adopted(new_database: NewDatabase) -> No
     await store.open(check_schema=False)
     try:
         async with store.pool.acquire() as conn, conn.cursor() as cur:
-            await cur.execute("CREATE TABLE delayq_meta (name VARCHAR(64) NOT NULL PRIMARY KEY,"
-                              " value VARCHAR(255) NOT NULL)")
-            layout = {"databases": "1", "tables": "2", "key_prefix": settings.key_prefix,
-                      "slots": str(settings.slots), "schema_version": "1"}
+            await cur.execute(
+                "CREATE TABLE delayq_meta (name VARCHAR(64) NOT NULL PRIMARY KEY,"
+                " value VARCHAR(255) NOT NULL)"
+            )
+            layout = {
+                "databases": "1",
+                "tables": "2",
+                "key_prefix": settings.key_prefix,
+                "slots": str(settings.slots),
+                "schema_version": "1",
+            }
             await cur.executemany("INSERT INTO delayq_meta VALUES (%s, %s)", layout.items())
             [first] = load_migrations()
             for shard in store.all_shards():
@@ -174,8 +188,9 @@ async def test_a_failing_migration_is_not_recorded_and_names_the_file(
 ) -> None:
     settings = await new_database(tables=2)
     await migrate(settings)
-    broken = schema_dir(tmp_path, **{
-        "002_broken.sql": "ALTER TABLE {jobs} ADD COLUMN oops NOT A TYPE;\n"})
+    broken = schema_dir(
+        tmp_path, **{"002_broken.sql": "ALTER TABLE {jobs} ADD COLUMN oops NOT A TYPE;\n"}
+    )
     with pytest.raises(SchemaError, match=r"migration 002_broken\.sql failed on .*job_0000"):
         await migrate(settings, broken)
     assert await recorded(settings) == [(1, FIRST, 2, True)]
@@ -215,8 +230,9 @@ async def test_an_applied_migration_that_was_edited_is_refused(
 ) -> None:
     settings = await new_database()
     await migrate(settings, schema_dir(tmp_path, **{"002_tenant.sql": ADD_COLUMN}))
-    edited = schema_dir(tmp_path, **{
-        "002_tenant.sql": ADD_COLUMN.replace("VARCHAR(64)", "VARCHAR(128)")})
+    edited = schema_dir(
+        tmp_path, **{"002_tenant.sql": ADD_COLUMN.replace("VARCHAR(64)", "VARCHAR(128)")}
+    )
     with pytest.raises(SchemaError, match=r"002_tenant\.sql was changed after it was applied"):
         await migrate(settings, edited)
     # Comment lines are not part of the checksum.
@@ -236,12 +252,21 @@ def test_migration_files_are_numbered_without_gaps(tmp_path: Path) -> None:
 
 async def test_db_migrate_command_reports_what_it_did(new_database: NewDatabase) -> None:
     settings = await new_database()
-    env = {**os.environ, "DELAYQ_KEY_PREFIX": settings.key_prefix,
-           "DELAYQ_MYSQL_URL": settings.mysql_url, "DELAYQ_MYSQL_TABLES": "2"}
+    env = {
+        **os.environ,
+        "DELAYQ_KEY_PREFIX": settings.key_prefix,
+        "DELAYQ_MYSQL_URL": settings.mysql_url,
+        "DELAYQ_MYSQL_TABLES": "2",
+    }
 
     def db_migrate() -> str:
-        done = subprocess.run([sys.executable, "-m", "cluster.cli", "db", "migrate"],
-                              env=env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "cluster.cli", "db", "migrate"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 

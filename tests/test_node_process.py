@@ -25,8 +25,12 @@ JOBS = 3000
 
 
 async def run_scenario(
-    settings: Settings, client: DelayClient, collector: Collector, tmp_path: Path,
-    topic: str, sig: signal.Signals,
+    settings: Settings,
+    client: DelayClient,
+    collector: Collector,
+    tmp_path: Path,
+    topic: str,
+    sig: signal.Signals,
 ) -> tuple[list[str], Counter[str], int]:
     first = NodeProcess(settings, tmp_path, "node-1")
     second: NodeProcess | None = None
@@ -80,13 +84,12 @@ async def test_sigkill_loses_nothing(
     assert all(r["fired_ms"] >= r["due_ms"] for r in collector.records)  # type: ignore
 
 
-async def test_a_quiet_node_is_ready_by_its_ready_file(
-    settings: Settings, tmp_path: Path
-) -> None:
+async def test_a_quiet_node_is_ready_by_its_ready_file(settings: Settings, tmp_path: Path) -> None:
     """At --log-level WARNING the node logs no "started:" line; the helper still sees it
     ready, by its ready file, which the node deletes when SIGTERM stops it."""
-    node = nodes.NodeProcess("quiet", tmp_path, settings=settings, node_id="quiet-node",
-                             log_level="WARNING")
+    node = nodes.NodeProcess(
+        "quiet", tmp_path, settings=settings, node_id="quiet-node", log_level="WARNING"
+    )
     try:
         info = await node.wait_ready(timeout_s=60)
         assert info["pid"] == node.pid

@@ -17,12 +17,28 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_wheel_ships_every_lua_and_sql_file(tmp_path: Path) -> None:
     # Build from a copy: setuptools' build/ folder in the tree could hide a missing file.
     source = tmp_path / "src"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", ".delayq", "build", "*.egg-info", "node_modules", "results"))
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", ".delayq", "build", "*.egg-info", "node_modules", "results"
+        ),
+    )
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--quiet", "--wheel-dir", str(tmp_path), str(source)],
-        check=True, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "--wheel-dir",
+            str(tmp_path),
+            str(source),
+        ],
+        check=True,
+        cwd=tmp_path,
     )
     [wheel] = tmp_path.glob("delayq-*.whl")
     shipped = set(zipfile.ZipFile(wheel).namelist())

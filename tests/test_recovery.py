@@ -60,7 +60,10 @@ async def test_reconcile_does_not_bring_back_a_job_cancelled_after_the_loss(
 
 
 async def test_node_recovers_from_flushall(
-    settings: Settings, client: DelayClient, redis: RedisClient, topic: str,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
     collector: Collector,
 ) -> None:
     node = Node(settings)

@@ -69,7 +69,10 @@ async def test_stops_actors_one_by_one_in_order() -> None:
     await supervisor.stop()
     await supervisor.stop()  # idempotent
     assert log == [
-        "first asked to stop", "first finished",
-        "second asked to stop", "second finished",
-        "third asked to stop", "third finished",
+        "first asked to stop",
+        "first finished",
+        "second asked to stop",
+        "second finished",
+        "third asked to stop",
+        "third finished",
     ]

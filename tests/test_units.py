@@ -69,8 +69,18 @@ def test_toml_rejects_unknown_and_mistyped(tmp_path: Path) -> None:
 
 def test_slot_keys_share_one_hash_tag() -> None:
     keys = KeySpace("dq").slot(7)
-    names = [keys.delay, keys.ready, keys.inflight, keys.dead, keys.jobs, keys.attempts,
-             keys.tomb, keys.seq, keys.done, keys.acked]
+    names = [
+        keys.delay,
+        keys.ready,
+        keys.inflight,
+        keys.dead,
+        keys.jobs,
+        keys.attempts,
+        keys.tomb,
+        keys.seq,
+        keys.done,
+        keys.acked,
+    ]
     assert all(name.startswith("{dq:7}:") for name in names)
     assert len(set(names)) == len(names)
 
@@ -89,8 +99,13 @@ def test_fire_splices_record_without_parsing_payload() -> None:
     assert fire.topic == "orders"
     assert fire.key == b"biz|9"
     assert orjson.loads(fire.value) == {
-        "job_id": "j|1", "topic": "orders", "biz_id": "biz|9", "biz_type": "close",
-        "payload": {"a": [1, "|"]}, "due_ms": 1700000000123, "fired_ms": 1700000000130,
+        "job_id": "j|1",
+        "topic": "orders",
+        "biz_id": "biz|9",
+        "biz_type": "close",
+        "payload": {"a": [1, "|"]},
+        "due_ms": 1700000000123,
+        "fired_ms": 1700000000130,
         "attempt": 3,
     }
     assert record_of(envelope)["due_ms"] == 1700000000123

@@ -18,8 +18,14 @@ NOW = 1_800_000_000_000
 
 def ok(**overrides: object) -> dict[str, object]:
     fields: dict[str, object] = {
-        "topic": "orders.close", "payload": {"order": 1}, "delay": 10.0, "at": None,
-        "job_id": None, "biz_id": None, "biz_type": None, "max_attempts": None,
+        "topic": "orders.close",
+        "payload": {"order": 1},
+        "delay": 10.0,
+        "at": None,
+        "job_id": None,
+        "biz_id": None,
+        "biz_type": None,
+        "max_attempts": None,
     }
     fields.update(overrides)
     return fields
@@ -37,9 +43,7 @@ def test_valid_job_gets_due_time_and_defaults() -> None:
     assert job.payload_json == b'{"order":1}'  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize(
-    "topic", ["", "a b", "ä", "x" * 250, ".", "..", "a/b", None, 5, b"bytes"]
-)
+@pytest.mark.parametrize("topic", ["", "a b", "ä", "x" * 250, ".", "..", "a/b", None, 5, b"bytes"])
 def test_bad_topics(topic: object) -> None:
     with pytest.raises(InvalidJob, match="topic"):
         check(topic=topic)
@@ -113,8 +117,12 @@ def test_payload_with_null_is_kept() -> None:
 
 
 def test_payload_is_kept_verbatim() -> None:
-    payload = {"s": "'; DROP TABLE job_0000; --", "lua": "redis.call('FLUSHALL')",
-               "u": "日本語 ✓", "n": [1, 2.5, None, True]}
+    payload = {
+        "s": "'; DROP TABLE job_0000; --",
+        "lua": "redis.call('FLUSHALL')",
+        "u": "日本語 ✓",
+        "n": [1, 2.5, None, True],
+    }
     job = check(payload=payload)
     assert orjson.loads(job.payload_json) == payload  # type: ignore[attr-defined]
 

@@ -38,17 +38,25 @@ CONCURRENT_ENQUEUES = 500
 MAX_JOBS = 200
 
 
-async def enqueue_all(pool: ArqRedis, queue: str, total: int, due_of: Callable[[int], int],
-                      payload: str) -> float:
+async def enqueue_all(
+    pool: ArqRedis, queue: str, total: int, due_of: Callable[[int], int], payload: str
+) -> float:
     """Enqueue job i (id <queue>-<i>) deferred until due_of(i) ms; returns jobs per second."""
     started = time.perf_counter()
     for start in range(0, total, CONCURRENT_ENQUEUES):
-        await asyncio.gather(*(
-            pool.enqueue_job("fire", due_of(i), payload, _job_id=f"{queue}-{i}",
-                             _queue_name=queue,
-                             _defer_until=dt.datetime.fromtimestamp(due_of(i) / 1000, dt.UTC))
-            for i in range(start, min(start + CONCURRENT_ENQUEUES, total))
-        ))
+        await asyncio.gather(
+            *(
+                pool.enqueue_job(
+                    "fire",
+                    due_of(i),
+                    payload,
+                    _job_id=f"{queue}-{i}",
+                    _queue_name=queue,
+                    _defer_until=dt.datetime.fromtimestamp(due_of(i) / 1000, dt.UTC),
+                )
+                for i in range(start, min(start + CONCURRENT_ENQUEUES, total))
+            )
+        )
     return total / (time.perf_counter() - started)
 
 
@@ -71,8 +79,14 @@ async def fire(settings: RedisSettings, args: argparse.Namespace) -> dict[str, A
             finished.set()
 
     pool = await create_pool(settings, default_queue_name=queue)
-    worker = Worker(functions=[func(on_job, name="fire")], redis_settings=settings,
-                    queue_name=queue, max_jobs=MAX_JOBS, keep_result=0, handle_signals=False)
+    worker = Worker(
+        functions=[func(on_job, name="fire")],
+        redis_settings=settings,
+        queue_name=queue,
+        max_jobs=MAX_JOBS,
+        keep_result=0,
+        handle_signals=False,
+    )
     running = asyncio.create_task(worker.async_run())
     first_due: int = round((time.time() + args.lead) * 1000)
     per_s: int = args.rate
@@ -93,9 +107,15 @@ async def fire(settings: RedisSettings, args: argparse.Namespace) -> dict[str, A
     await delete_jobs(pool, queue, args.jobs)
     await pool.aclose()
     args.raw.write_bytes(pairs.tobytes())
-    return {"mode": "fire", "jobs": args.jobs, "received": len(seen), "duplicates": duplicates,
-            "add_rate_per_s": round(rate), "first_due_ms": first_due,
-            "scheduling_finished_before_first_due": added_in_time}
+    return {
+        "mode": "fire",
+        "jobs": args.jobs,
+        "received": len(seen),
+        "duplicates": duplicates,
+        "add_rate_per_s": round(rate),
+        "first_due_ms": first_due,
+        "scheduling_finished_before_first_due": added_in_time,
+    }
 
 
 async def backlog(settings: RedisSettings, args: argparse.Namespace) -> dict[str, Any]:
@@ -118,12 +138,21 @@ async def backlog(settings: RedisSettings, args: argparse.Namespace) -> dict[str
     await pool.aclose()
     cleaned = await redis_facts(probe)
     await probe.aclose()
-    return {"mode": "backlog", "jobs": args.jobs, "add_rate_per_s": round(rate),
-            "redis": {"used_memory_before": before[0], "used_memory_after": after[0],
-                      "used_memory_after_cleanup": cleaned[0], "keys_added": after[1] - before[1],
-                      "own_keys": own_keys, "own_keys_memory_usage": own_bytes},
-            "redis_bytes_per_job": round((after[0] - before[0]) / args.jobs, 1),
-            "own_keys_bytes_per_job": round(own_bytes / args.jobs, 1)}
+    return {
+        "mode": "backlog",
+        "jobs": args.jobs,
+        "add_rate_per_s": round(rate),
+        "redis": {
+            "used_memory_before": before[0],
+            "used_memory_after": after[0],
+            "used_memory_after_cleanup": cleaned[0],
+            "keys_added": after[1] - before[1],
+            "own_keys": own_keys,
+            "own_keys_memory_usage": own_bytes,
+        },
+        "redis_bytes_per_job": round((after[0] - before[0]) / args.jobs, 1),
+        "own_keys_bytes_per_job": round(own_bytes / args.jobs, 1),
+    }
 
 
 def job_keys(queue: str, total: int) -> list[str]:

@@ -1,0 +1,87 @@
+"""A job's row as delayq reads it (JobRecord) and an outcome the recorder writes to it
+(Outcome): the types the MySQL store hands out and takes in."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cluster import sql
+from cluster.contract import JobStatus
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What get() returns: the durable state of one job."""
+
+    job_id: str
+    topic: str
+    biz_id: str | None
+    biz_type: str | None
+    status: JobStatus
+    due_ms: int
+    attempts: int
+    max_attempts: int
+    payload_json: str
+    slot: int
+    last_error: str | None
+    created_ms: int
+    modified_ms: int
+
+    @property
+    def due(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.due_ms / 1000, sql.UTC)
+
+
+@dataclass(slots=True)  # not frozen: built per job, and frozen init is slower
+class Outcome:
+    """One journal entry from Redis: a job fired, is retrying, or went dead."""
+
+    job_id: str
+    status: JobStatus
+    attempt: int
+    at_ms: int
+    note: str
+    slot: int
+
+
+JOB_COLUMNS = (
+    "job_id, topic, biz_id, biz_type, status, action_time, attempts, max_attempts, payload,"
+    " slot, last_error, gmt_create, gmt_modified"
+)
+
+
+def record_of_row(row: Sequence[Any]) -> JobRecord:
+    """A JobRecord from a row of JOB_COLUMNS."""
+    (
+        job_id,
+        topic,
+        biz_id,
+        biz_type,
+        status,
+        action_time,
+        attempts,
+        max_attempts,
+        payload,
+        slot,
+        last_error,
+        created,
+        modified,
+    ) = row
+    return JobRecord(
+        job_id=job_id,
+        topic=topic,
+        biz_id=biz_id,
+        biz_type=biz_type,
+        status=JobStatus(status),
+        due_ms=sql.datetime_to_ms(action_time),
+        attempts=attempts,
+        max_attempts=max_attempts,
+        payload_json=payload,
+        slot=slot,
+        last_error=last_error,
+        created_ms=sql.datetime_to_ms(created),
+        modified_ms=sql.datetime_to_ms(modified),
+    )

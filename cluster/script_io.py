@@ -1,0 +1,75 @@
+"""What goes into the Lua scripts and what comes out of them, as Python values: a job
+to add (NewJob), a claimed job, the results of move and of nack/reap, and the functions
+that read the scripts' replies (each script's reply is described in its .lua header)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cluster.envelope import make_tail
+
+if TYPE_CHECKING:
+    from cluster.rows import JobRecord
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What the add script needs for one job."""
+
+    job_id: str
+    due_ms: int
+    max_attempts: int
+    tail: bytes  # see cluster/envelope.py
+
+    @classmethod
+    def from_record(cls, record: JobRecord) -> NewJob:
+        """What the add script needs, rebuilt from a job's MySQL row."""
+        tail = make_tail(
+            record.job_id,
+            record.topic,
+            record.biz_id,
+            record.biz_type,
+            record.payload_json.encode(),
+        )
+        return cls(record.job_id, record.due_ms, record.max_attempts, tail)
+
+
+@dataclass(slots=True)  # not frozen: built per job, and frozen init is slower
+class Claimed:
+    job_id: bytes
+    envelope: bytes
+    attempt: int
+
+
+@dataclass(frozen=True)
+class MoveResult:
+    moved: int
+    next_due_ms: int  # NO_TIME when the slot is empty
+    now_ms: int
+    ready: int  # length of the ready list after the move
+
+
+@dataclass(frozen=True)
+class RetryResult:
+    retried: int
+    dead: int
+    earliest_due_ms: int  # NO_TIME when nothing was retried
+    more: bool = False
+
+
+def move_result(reply: list[Any]) -> MoveResult:
+    return MoveResult(int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]))
+
+
+def retry_result(reply: list[Any]) -> RetryResult:
+    """The reply of nack (3 items) or reap (4, the last one `more`)."""
+    return RetryResult(
+        int(reply[0]), int(reply[1]), int(reply[2]), len(reply) > 3 and reply[3] == 1
+    )
+
+
+def claimed_of(reply: list[Any]) -> tuple[int, list[Claimed]]:
+    """The claim script's reply: (Redis now ms, claimed jobs)."""
+    jobs = [Claimed(reply[i], reply[i + 1], int(reply[i + 2])) for i in range(1, len(reply), 3)]
+    return int(reply[0]), jobs

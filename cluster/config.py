@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 import tomllib
 from collections.abc import Mapping
@@ -19,6 +20,28 @@ from typing import Any
 
 class ConfigError(ValueError):
     """A setting is missing, malformed or out of range."""
+
+
+KAFKA_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# Settings whose whole value is a secret.
+SECRET_SETTINGS = frozenset({"kafka_sasl_password", "zk_auth"})
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*):[^/\s]*@")
+
+
+def redact_url(text: str) -> str:
+    """text with the password of every URL in it replaced by ***
+    (redis://user:secret@host → redis://user:***@host)."""
+    return _URL_PASSWORD.sub(r"\g<head>:***@", text)
+
+
+def redact(name: str, value: object) -> object:
+    """A setting's value fit for logs and error messages."""
+    if name in SECRET_SETTINGS and value:
+        return "***"
+    if isinstance(value, str):
+        return redact_url(value)
+    return value
 
 
 def _default_node_id() -> str:
@@ -79,6 +102,31 @@ class Settings:
     kafka_delivery_timeout_ms: int = 20000
     kafka_max_batch_bytes: int = 1048576
 
+    # Security (docs/security.md). Redis and MySQL credentials go in their URLs
+    # (redis://user:password@host, rediss:// for TLS; mysql://user:password@host/db).
+    # Empty file settings mean "not used"; a CA file of "" with TLS on means the
+    # system's trusted CAs.
+    redis_ssl_cafile: str = ""
+    redis_ssl_certfile: str = ""  # client certificate, when Redis asks for one
+    redis_ssl_keyfile: str = ""
+    mysql_ssl_ca: str = ""  # set: connect with TLS and verify the server against it
+    mysql_ssl_cert: str = ""
+    mysql_ssl_key: str = ""
+    mysql_ssl_verify_hostname: bool = True
+    kafka_security_protocol: str = "PLAINTEXT"  # PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
+    kafka_ssl_cafile: str = ""
+    kafka_ssl_certfile: str = ""
+    kafka_ssl_keyfile: str = ""
+    kafka_sasl_mechanism: str = "PLAIN"  # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+    kafka_sasl_username: str = ""
+    kafka_sasl_password: str = ""
+    # "user:password": ZooKeeper digest authentication; every znode delayq creates is
+    # then readable and writable by that user only.
+    zk_auth: str = ""
+    # Comma-separated fnmatch patterns ("orders.*,reminders"): producers refuse, and
+    # nodes never publish to, a topic that matches none. Empty: any valid topic.
+    allowed_topics: str = ""
+
     def __post_init__(self) -> None:
         self.validate()
 
@@ -135,10 +183,34 @@ class Settings:
             )
         if not self.zk_root.startswith("/") or (self.zk_root.endswith("/") and self.zk_root != "/"):
             raise ConfigError(f"zk_root must be an absolute znode path, got {self.zk_root!r}")
+        if self.kafka_security_protocol not in KAFKA_SECURITY_PROTOCOLS:
+            raise ConfigError(
+                f"kafka_security_protocol must be one of {', '.join(KAFKA_SECURITY_PROTOCOLS)}"
+                f", got {self.kafka_security_protocol!r}"
+            )
+        if self.kafka_sasl_mechanism not in KAFKA_SASL_MECHANISMS:
+            raise ConfigError(
+                f"kafka_sasl_mechanism must be one of {', '.join(KAFKA_SASL_MECHANISMS)}, "
+                f"got {self.kafka_sasl_mechanism!r}"
+            )
+        if self.kafka_security_protocol.startswith("SASL_") and not self.kafka_sasl_username:
+            raise ConfigError(
+                f"kafka_security_protocol {self.kafka_security_protocol} needs "
+                "kafka_sasl_username and kafka_sasl_password"
+            )
+        if self.zk_auth and ":" not in self.zk_auth:
+            raise ConfigError("zk_auth must be 'user:password'")
         if not self.key_prefix or any(c in self.key_prefix for c in "{} /"):
             raise ConfigError(
                 f"key_prefix must be non-empty without braces, spaces or '/': {self.key_prefix!r}"
             )
+
+    def __repr__(self) -> str:
+        """Every setting, with passwords replaced by *** (settings end up in logs)."""
+        shown = ", ".join(
+            f"{f.name}={redact(f.name, getattr(self, f.name))!r}" for f in fields(self)
+        )
+        return f"Settings({shown})"
 
     @property
     def zk_cluster_root(self) -> str:

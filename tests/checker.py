@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster import DelayClient, JobStatus, StoreUnavailable
-from cluster.contract import member_id, member_seq
+from cluster.contract import SEQ_DIGITS, member_id, member_seq
 from cluster.envelope import record_of
 from cluster.redis_conn import RedisClient
 
@@ -92,7 +92,7 @@ async def invariant_violations(
     for slot in range(client.settings.slots):
         k = client.keys.slot(slot)
         envelopes = await redis.hgetall(k.jobs)
-        seqs = {job_id.decode(): envelope[:12] for job_id, envelope in envelopes.items()}
+        seqs = {job_id.decode(): envelope[:SEQ_DIGITS] for job_id, envelope in envelopes.items()}
         for member in await redis.zrange(k.delay, 0, -1):
             places.setdefault(member_id(member).decode(), []).append("delay")
         for member in await redis.lrange(k.ready, 0, -1):

@@ -8,6 +8,9 @@ Layout under the cluster root, <zk_root>/<key_prefix>:
     slots/<n>         one persistent znode per slot: {"owner": member or null}; its
                       version, bumped by every change, is the slot's epoch
 
+With zk_auth every one of them is readable and writable by that digest user only
+(cluster/zk_conn.py); without it, by anyone.
+
 Every member computes the same slot map from the live members (actors/assignment.py).
 Hand-off is two-sided, so a slot is never worked on by two nodes at once:
 
@@ -44,6 +47,7 @@ from actors.lifecycle import Actor, Tick
 from actors.ownership import HeldSlots
 from cluster.config import Settings
 from cluster.scripts import Scripts
+from cluster.zk_conn import is_open_acl, make_zk, no_auth_error
 
 log = logging.getLogger(__name__)
 
@@ -96,33 +100,53 @@ class Membership(Actor):
     # ----- joining ---------------------------------------------------------------------
 
     async def join(self) -> None:
-        """Connect, check or create the cluster's config, and register as a member.
-        Raises ClusterConfigError if this node disagrees with the cluster."""
+        """Connect (authenticated with zk_auth, if set), check or create the cluster's
+        config, and register as a member. Raises ClusterConfigError if this node
+        disagrees with the cluster, ZooKeeperAccessError if ZooKeeper refuses it the
+        cluster's znodes (NoAuth: zk_auth wrong or missing)."""
         s = self.settings
-        self.zk = ZKClient(s.zk_hosts, session_timeout=s.zk_session_timeout_ms / 1000)
+        # Every znode this client creates gets znode_acl(s) (cluster/zk_conn.py).
+        self.zk = make_zk(s)
         await asyncio.wait_for(self.zk.start(), s.zk_session_timeout_ms / 1000 * 3)
         try:
-            await self._ensure_layout()
-            await self._register()
+            try:
+                await self._ensure_layout()
+                await self._register()
+            except exc.NoAuth:
+                raise no_auth_error(s, self.root) from None
         except BaseException:
             await self.zk.close()
             raise
 
     async def _ensure_layout(self) -> None:
         zk = self._zk()
+        config_path = f"{self.root}/config"
+        # Read first: on a protected cluster, wrong or missing credentials fail here with
+        # NoAuth, before this node tries to create anything.
+        try:
+            existing = orjson.loads(await zk.get_data(config_path))
+        except exc.NoNode:
+            existing = None
+        except exc.NoAuth:
+            raise no_auth_error(self.settings, config_path) from None
+        if existing is None:
+            await zk.ensure_path(self.root)
+            try:
+                await zk.create(config_path, data=orjson.dumps({"slots": self.settings.slots}))
+            except exc.NodeExists:  # another node created it meanwhile
+                existing = orjson.loads(await zk.get_data(config_path))
+        else:
+            await self._check_acl(config_path)
+        if existing is not None and existing.get("slots") != self.settings.slots:
+            raise ClusterConfigError(
+                f"cluster {self.root} has {existing.get('slots')} slots; this node is "
+                f"configured with slots={self.settings.slots}. The slot count is fixed "
+                "when a cluster is created: start the node with the cluster's count."
+            )
+        # ensure_path makes container znodes, which ZooKeeper deletes once emptied (members/
+        # after the last node left): make them again if so.
         await zk.ensure_path(f"{self.root}/members")
         await zk.ensure_path(f"{self.root}/slots")
-        config = orjson.dumps({"slots": self.settings.slots})
-        try:
-            await zk.create(f"{self.root}/config", data=config)
-        except exc.NodeExists:
-            existing = orjson.loads(await zk.get_data(f"{self.root}/config"))
-            if existing.get("slots") != self.settings.slots:
-                raise ClusterConfigError(
-                    f"cluster {self.root} has {existing.get('slots')} slots; this node is "
-                    f"configured with slots={self.settings.slots}. The slot count is fixed "
-                    "when a cluster is created: start the node with the cluster's count."
-                ) from None
         present = set(await zk.get_children(f"{self.root}/slots"))
         for slot in range(self.settings.slots):
             if str(slot) not in present:
@@ -130,6 +154,17 @@ class Membership(Actor):
                     await zk.create(f"{self.root}/slots/{slot}", data=orjson.dumps({"owner": None}))
                 except exc.NodeExists:
                     pass
+
+    async def _check_acl(self, path: str) -> None:
+        """Warn when a node with zk_auth joins a cluster created without it: the old
+        znodes stay world-writable until an operator migrates them (docs/security.md)."""
+        if self.settings.zk_auth and is_open_acl(await self._zk().get_acl(path)):
+            log.warning(
+                "cluster %s was created without zk_auth: its znodes are writable by anyone "
+                "who reaches ZooKeeper; set their ACLs or start a new zk_root "
+                "(docs/security.md)",
+                self.root,
+            )
 
     async def _register(self) -> None:
         data = orjson.dumps(

@@ -15,17 +15,25 @@ import contextlib
 import logging
 import os
 import signal
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import orjson
+import pymysql
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiozk import exc as zk_exc
+from redis import exceptions as redis_exc
+from redis.exceptions import RedisClusterException
 
 from actors.dispatcher import Dispatcher
-from actors.membership import Membership
+from actors.membership import ClusterConfigError, Membership
 from actors.mover import Mover
 from actors.ownership import HeldSlots
-from actors.preflight import check_redis
+from actors.preflight import UnsafeConfig, check_redis
 from actors.queues import SlotQueue
 from actors.reaper import RetryReaper
 from actors.reconciler import Reconciler
@@ -33,9 +41,10 @@ from actors.recorder import Recorder
 from actors.scanner import SlotScanner
 from actors.supervisor import Supervisor
 from actors.wake_listener import WakeListener
-from cluster.config import Settings
+from cluster.config import ConfigError, Settings, redact_url
+from cluster.kafka_conn import connection_options, start_client
 from cluster.keys import KeySpace
-from cluster.mysql_store import MySQLStore
+from cluster.mysql_store import MySQLStore, SchemaError
 from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import Scripts
 
@@ -43,8 +52,9 @@ log = logging.getLogger(__name__)
 
 
 def make_producer(settings: Settings) -> AIOKafkaProducer:
+    """The node's producer; connection and security options from cluster/kafka_conn.py."""
     return AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap.split(","),
+        **connection_options(settings),
         client_id=f"delayq-{settings.node_id}",
         acks="all",
         enable_idempotence=settings.kafka_idempotence,
@@ -82,27 +92,64 @@ class Node:
 
     async def start(self) -> None:
         """Connect, check the stores, join the cluster and start the actors. Whatever
-        was opened is closed again if a step fails; stop() closes it all in reverse."""
+        was opened is closed again if a step fails; stop() closes it all in reverse.
+
+        A store that cannot be reached yet (connection refused, timed out, loading) is
+        waited for, with capped backoff and a log line per attempt, until
+        startup_timeout_s has passed; then StartupFailed names it. Errors that waiting
+        cannot cure (settings, schema, credentials) raise at once."""
         s = self.settings
+        deadline = time.monotonic() + s.startup_timeout_s
         async with contextlib.AsyncExitStack() as resources:
-            await self.mysql.open()
+            mysql_at = f"{self.mysql.conn_args['host']}:{self.mysql.conn_args['port']}"
+            await _wait_for("MySQL", mysql_at, self._open_mysql, deadline, s.startup_timeout_s)
             resources.push_async_callback(self.mysql.close)
-            redis = await open_redis(s.redis_url)
+            redis = await _wait_for(
+                "Redis", redact_url(s.redis_url), self._open_redis, deadline, s.startup_timeout_s
+            )
             resources.push_async_callback(redis.aclose)
-            for warning in await check_redis(redis):
-                log.warning("%s", warning)
             scripts = Scripts(redis, self.keys)
-            producer = make_producer(s)
+            producer = await _wait_for(
+                "Kafka", s.kafka_bootstrap, self._start_producer, deadline, s.startup_timeout_s
+            )
             resources.push_async_callback(producer.stop)
-            await producer.start()
             parts = self._assemble(redis, scripts, producer)
-            await parts.membership.join()  # ClusterConfigError if the slot count disagrees
+
+            async def join() -> None:
+                # ClusterConfigError if the slot count disagrees.
+                await _closing_zk_on_failure(parts.membership)
+
+            await _wait_for("ZooKeeper", s.zk_hosts, join, deadline, s.startup_timeout_s)
             resources.push_async_callback(parts.membership.leave)
             parts.supervisor.start()
             resources.push_async_callback(parts.supervisor.stop)
             self.parts = parts
             self._resources = resources.pop_all()
         log.info("node %s started: %d slots, kafka %s", s.node_id, s.slots, s.kafka_bootstrap)
+
+    async def _open_mysql(self) -> None:
+        await self.mysql.open()  # closes its pool again if the schema check fails
+
+    async def _open_redis(self) -> RedisClient:
+        redis = await open_redis(self.settings)
+        try:
+            for warning in await check_redis(redis):
+                log.warning("%s", warning)
+        except BaseException:
+            await redis.aclose()
+            raise
+        return redis
+
+    async def _start_producer(self) -> AIOKafkaProducer:
+        producer = make_producer(self.settings)
+        try:
+            # A refusal (SASL credentials, TLS, CA) raises KafkaAccessError, which start-up
+            # does not retry; a broker that is not up yet raises what aiokafka raised.
+            await start_client(producer, self.settings)
+        except BaseException:
+            await producer.stop()
+            raise
+        return producer
 
     def _assemble(
         self, redis: RedisClient, scripts: Scripts, producer: AIOKafkaProducer
@@ -119,7 +166,7 @@ class Node:
         recorder = Recorder(
             scripts, self.mysql, held, s.record_batch, s.record_interval_ms, s.marker_retention_ms
         )
-        listener = WakeListener(s.redis_url, self.keys.wake_channel, held, scanner)
+        listener = WakeListener(s, self.keys.wake_channel, held, scanner)
         reconciler = Reconciler(s, self.mysql, scripts, held, reconcile_queue)
 
         def acquired(slot: int) -> None:
@@ -194,7 +241,8 @@ def clear_ready_file(path: Path) -> None:
 
 async def run_node(settings: Settings, *, ready_file: Path | None = None) -> int:
     """Run a node until SIGTERM/SIGINT; the exit code for the process. With ready_file,
-    the node writes that file once started and deletes it when it stops."""
+    the node writes that file once started and deletes it when it stops. A node that
+    cannot start logs one line saying why and returns 1."""
     node = Node(settings)
     stop_requested = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -202,11 +250,25 @@ async def run_node(settings: Settings, *, ready_file: Path | None = None) -> int
         loop.add_signal_handler(sig, stop_requested.set)
     if ready_file is not None:
         clear_ready_file(ready_file)  # a stale one from an earlier run
-    await node.start()
+    # A stop requested while the node waits for its stores ends the wait.
+    starting = asyncio.create_task(node.start())
+    stopper = asyncio.create_task(stop_requested.wait())
+    await asyncio.wait((starting, stopper), return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        log.info("node %s stopped before it started", settings.node_id)
+        return 0
+    try:
+        starting.result()
+    except START_FAILURES as exc:
+        stopper.cancel()
+        log.error("node %s could not start: %s", settings.node_id, _one_line(exc))
+        return 1
     if ready_file is not None:
         write_ready_file(ready_file, node)
     waiter = asyncio.create_task(node.wait())
-    stopper = asyncio.create_task(stop_requested.wait())
     await asyncio.wait((waiter, stopper), return_when=asyncio.FIRST_COMPLETED)
     code = 0
     if waiter.done() and waiter.exception() is not None:
@@ -221,3 +283,113 @@ async def run_node(settings: Settings, *, ready_file: Path | None = None) -> int
         await waiter
     log.info("final counters: %s", node.stats())
     return code
+
+
+# ----- waiting for the stores at start-up ---------------------------------------------
+
+FIRST_RETRY_S = 0.5
+MAX_RETRY_S = 10.0
+MIN_ATTEMPT_S = 5.0  # even past the deadline, one attempt gets this long
+# PyMySQL/aiomysql error codes worth waiting out: cannot connect (2002, 2003), server
+# gone or lost (2006, 2013), too many connections (1040), shutting down (1053).
+_MYSQL_TRANSIENT = frozenset({1040, 1053, 2002, 2003, 2006, 2013})
+_ZK_TRANSIENT = (
+    zk_exc.ConnectError,
+    zk_exc.NoServersError,
+    zk_exc.SessionLost,
+    zk_exc.TimeoutError,
+    zk_exc.ConnectionLoss,
+    zk_exc.OperationTimeout,
+    zk_exc.SessionExpired,
+)
+
+
+T = TypeVar("T")
+
+
+class StartupFailed(RuntimeError):
+    """A store did not answer within startup_timeout_s, or refused this node
+    (e.g. its credentials)."""
+
+
+# What run_node reports as one line: failures of the set-up, not bugs.
+START_FAILURES = (StartupFailed, ConfigError, SchemaError, ClusterConfigError, UnsafeConfig)
+
+
+def _transient(error: BaseException) -> bool:
+    """Whether waiting may cure this start-up error: the service is not (yet) there."""
+    if isinstance(error, pymysql.err.OperationalError):
+        return bool(error.args) and error.args[0] in _MYSQL_TRANSIENT
+    if isinstance(error, redis_exc.AuthenticationError | redis_exc.AuthorizationError):
+        return False
+    if isinstance(error, redis_exc.ConnectionError | redis_exc.TimeoutError):
+        return True  # BusyLoadingError included: Redis is replaying its AOF
+    if isinstance(error, RedisClusterException):
+        return "cannot be connected" in str(error)
+    return isinstance(error, (KafkaConnectionError, OSError, TimeoutError, *_ZK_TRANSIENT))
+
+
+def _store_error(error: BaseException) -> bool:
+    """An error a store answered with (credentials, permissions, …): not a bug."""
+    return isinstance(error, pymysql.err.Error | redis_exc.RedisError | KafkaError | zk_exc.ZKError)
+
+
+def _one_line(error: BaseException) -> str:
+    """The error and its cause (e.g. "Connection refused" under aiomysql's 2003), on one
+    line, passwords in URLs hidden."""
+    text = str(error) or type(error).__name__
+    cause = error.__cause__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text = f"{text}: {cause}"
+    return redact_url(" ".join(text.split()))
+
+
+async def _wait_for(
+    service: str, where: str, attempt: Callable[[], Awaitable[T]], deadline: float, timeout_s: float
+) -> T:
+    """attempt() until it succeeds, waiting out transient errors with capped backoff
+    until `deadline` (time.monotonic()); then StartupFailed naming the service."""
+    pause = FIRST_RETRY_S
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            # No single attempt outlives the deadline (a ZooKeeper connect waits long).
+            async with asyncio.timeout(max(left, MIN_ATTEMPT_S)):
+                return await attempt()
+        except Exception as error:
+            if not _transient(error):
+                if _store_error(error):
+                    raise StartupFailed(
+                        f"{service} at {where} refused: {_one_line(error)}"
+                    ) from error
+                raise
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StartupFailed(
+                    f"{service} at {where} did not answer within startup_timeout_s "
+                    f"({timeout_s:g} s): {_one_line(error)}"
+                ) from error
+            pause = min(pause, left)
+            log.warning(
+                "waiting for %s at %s: %s; retrying in %.1f s",
+                service,
+                where,
+                _one_line(error),
+                pause,
+            )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, MAX_RETRY_S)
+
+
+async def _closing_zk_on_failure(membership: Membership) -> None:
+    """membership.join(), closing the ZooKeeper client it made if the join fails (a
+    connect that timed out leaves it reconnecting in the background)."""
+    try:
+        await membership.join()
+    except BaseException:
+        zk, membership.zk = membership.zk, None
+        if zk is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(5):
+                    await zk.close()
+        raise

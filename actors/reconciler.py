@@ -23,6 +23,31 @@ The full pass (every row due before now + horizon/2) runs for a slot whenever th
 node takes the slot (at start, after a hand-off, and after Redis lost the slot's keys:
 the lost owner key fences the node, which then takes the slot again), for every owned
 slot every reconcile_interval_ms, and on demand (`delayq recover`).
+
+Two more checks make recovery prompt when nothing fences the node, i.e. when Redis
+lost writes but kept the owner keys (it came back from an AOF without its last second,
+a failover promoted a replica that lagged) or never got them (a producer's add failed
+after its MySQL commit: `RedisStepFailed`), both every recent_reconcile_ms:
+
+* The Redis watch asks Redis for its run_id (of every primary, in a Redis Cluster). A
+  new run_id means Redis restarted or another server took over: every owned slot goes to
+  the inbox for a full pass at once. No answer means Redis is unreachable from here, so
+  adds may be failing for producers too: the watch notes the trouble.
+* The recent pass runs once Redis answers again after such trouble: one paged query per
+  shard, for all owned slots at once, over the pending and retrying rows created since
+  RECENT_WINDOW (30 s) before the last check that found Redis healthy, due before now +
+  horizon/2, walked along the gmt_create index (migration 002). It returns ids only;
+  one pipelined HEXISTS per page tells which the slot's jobs hash lacks, and only those
+  are read in full and given to the add script (which refuses a job cancelled or fired
+  meanwhile, as above). It runs after trouble only, because its cost grows with the
+  rows created in the window: 100k such rows in one shard took 2.2 s per pass when Redis
+  held them all (0.9 s in MySQL, 1.3 s in the HEXISTS), 8 s when all were re-added.
+
+A job whose Redis add was lost to a Redis restart, failover or outage that this node saw
+therefore fires within seconds of Redis answering again. Jobs lost while this node could
+reach Redis and Redis did not restart (a producer cut off from Redis alone, keys deleted
+by hand) come back at the periodic full pass, or at once when the producer schedules
+them again with the ids RedisStepFailed names.
 """
 
 from __future__ import annotations
@@ -34,17 +59,25 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from redis.asyncio.cluster import RedisCluster
+
 from actors.lifecycle import Actor, Tick
 from actors.ownership import Ownership
 from actors.queues import SlotQueue
 from cluster.config import Settings
-from cluster.contract import AddCode, JobStatus
+from cluster.contract import WAITING_STATUSES, AddCode, JobStatus
 from cluster.mysql_store import MySQLStore, ms_to_datetime
+from cluster.redis_conn import RedisClient
 from cluster.scripts import NewJob, Scripts
 
 log = logging.getLogger(__name__)
 
 PAGE = 1000
+# The recent pass re-checks rows created this long before its last successful start:
+# room for a commit that becomes visible well after its INSERT stamped gmt_create (a
+# large multi-shard schedule_many). Each row is examined about window/interval times,
+# ~22 us each when Redis has it (docs/guarantees.md), so the window is not made longer.
+RECENT_WINDOW = dt.timedelta(seconds=30)
 
 
 @dataclass
@@ -102,6 +135,69 @@ async def reconcile(
     return result
 
 
+async def reconcile_recent(
+    settings: Settings,
+    mysql: MySQLStore,
+    scripts: Scripts,
+    slots: Iterable[int],
+    *,
+    created_after: dt.datetime,
+    until_ms: int,
+) -> ReconcileResult:
+    """Add to Redis every pending or retrying job of `slots` created after
+    `created_after` (MySQL's clock) and due before until_ms that Redis does not hold."""
+    wanted = sorted(set(slots))
+    result = ReconcileResult()
+    if not wanted:
+        return result
+    budget_s = settings.marker_retention_ms / 1000 / 2
+    before = ms_to_datetime(until_ms)
+    for shard in mysql.all_shards():
+        cursor = (created_after, "")
+        while page := await mysql.recent_waiting_page(shard, cursor, wanted, PAGE, before):
+            cursor = (page[-1][0], page[-1][1])
+            result.examined += len(page)
+            absent = await _absent(scripts, page)
+            if not absent:
+                continue
+            while True:
+                started = time.monotonic()
+                rows = sorted(
+                    (await mysql.get_many(absent)).values(), key=lambda r: (r.due_ms, r.job_id)
+                )
+                if time.monotonic() - started <= budget_s:
+                    break  # else too slow to be safe against markers expiring: read again
+            by_slot: dict[int, list[NewJob]] = defaultdict(list)
+            for row in rows:  # its status may have changed since the page was read
+                if row.status in WAITING_STATUSES and row.due_ms < until_ms:
+                    by_slot[row.slot].append(NewJob.from_record(row))
+            if by_slot:
+                for _, statuses in (await scripts.add_many(by_slot)).values():
+                    result.readded += statuses.count(AddCode.ADDED)
+                    result.refused += statuses.count(AddCode.REFUSED)
+    return result
+
+
+async def _absent(scripts: Scripts, page: list[tuple[dt.datetime, str, int]]) -> list[str]:
+    """The job ids of a recent page that their slot's jobs hash lacks (one round trip)."""
+    pipe = scripts.redis.pipeline(transaction=False)
+    for _, job_id, slot in page:
+        pipe.hexists(scripts.keys.slot(slot).jobs, job_id)
+    present = await pipe.execute()
+    return [job_id for (_, job_id, _), here in zip(page, present, strict=True) if not here]
+
+
+async def redis_identity(redis: RedisClient) -> frozenset[str]:
+    """The run_id of the Redis server (of every primary of a Redis Cluster): it changes
+    when Redis restarted, or another server took over, and may have lost writes."""
+    if isinstance(redis, RedisCluster):
+        reply = await redis.info("server", target_nodes=RedisCluster.PRIMARIES)
+        infos = [reply] if "run_id" in reply else list(reply.values())
+    else:
+        infos = [await redis.info("server")]
+    return frozenset(str(info.get("run_id", "")) for info in infos)
+
+
 class Reconciler(Actor):
     name = "reconciler"
 
@@ -121,19 +217,29 @@ class Reconciler(Actor):
         self.inbox = inbox
         self.readded_total = 0
         self.loaded_total = 0
+        self.redis_restarts_seen = 0
         # Slot → every pending row due before this (ms) has been added to Redis.
         self._loaded_until: dict[int, int] = {}
+        # MySQL's time at the start of the last recent pass that succeeded.
+        self._recent_since: dt.datetime | None = None
+        self._recent_failing = False
+        self._redis_identity: frozenset[str] | None = None
+        # Set when the watch found Redis unreachable; cleared by a recent pass.
+        self._redis_trouble = False
 
     def timers(self) -> list[tuple[float, Tick]]:
         s = self.settings
         return [
             (s.reconcile_interval_ms / 1000, self._sweep),
             (s.redis_horizon_ms / 4000, self._load_ahead_tick),
+            (s.recent_reconcile_ms / 1000, self._recent_tick),
+            (s.recent_reconcile_ms / 1000, self.watch_redis),
         ]
 
     async def body(self) -> None:
         """Full passes over the slots that come through the inbox (taken slots, the
-        periodic sweep, `delayq recover`)."""
+        periodic sweep, a Redis restart, `delayq recover`)."""
+        await self.watch_redis()  # the Redis this node's take-time passes filled
         while (slots := await self.next_batch(self.inbox)) is not None:
             owned = [slot for slot in slots if self.ownership.owns(slot)]
             until = load_bound_ms(self.settings)
@@ -160,9 +266,77 @@ class Reconciler(Actor):
                     result.examined,
                 )
 
+    def reconciled_slots(self) -> frozenset[int]:
+        """The owned slots that had a full pass since this node took them."""
+        return frozenset(self._loaded_until) & self.ownership.owned()
+
     async def _sweep(self) -> None:
         """Every reconcile_interval_ms, a full pass over every owned slot."""
         for slot in sorted(self.ownership.owned()):
+            await self.inbox.put(slot)
+
+    async def _recent_tick(self) -> None:
+        """Every recent_reconcile_ms: after Redis trouble, re-add the recently created
+        jobs Redis lacks; otherwise only remember where such a pass would start."""
+        try:
+            if not self._redis_trouble:
+                self._recent_since = await self.mysql.server_now()
+                return
+            await self.recent_pass()
+            self._redis_trouble = False
+        except Exception as exc:  # MySQL or Redis down: the next tick covers this one's rows
+            if not self._recent_failing:
+                log.warning("re-checking recently scheduled jobs failed, will retry: %s", exc)
+            self._recent_failing = True
+        else:
+            self._recent_failing = False
+
+    async def recent_pass(self) -> int:
+        """One recent pass over the owned slots (module docstring); returns how many jobs
+        it added."""
+        owned = self.ownership.owned()
+        if not owned:
+            return 0
+        started = await self.mysql.server_now()
+        since = (self._recent_since or started) - RECENT_WINDOW
+        result = await reconcile_recent(
+            self.settings,
+            self.mysql,
+            self.scripts,
+            owned,
+            created_after=since,
+            until_ms=load_bound_ms(self.settings),
+        )
+        self._recent_since = started
+        self.readded_total += result.readded
+        if result.readded:
+            log.info(
+                "added %d recently scheduled job(s) that Redis lacked (%d examined)",
+                result.readded,
+                result.examined,
+            )
+        return result.readded
+
+    async def watch_redis(self) -> None:
+        """Queue a full pass of every owned slot when Redis's run_id changed."""
+        try:
+            identity = await redis_identity(self.scripts.redis)
+        except Exception:  # unreachable: compare once it is back, then a recent pass
+            if not self._redis_trouble:
+                log.warning("Redis does not answer; recently scheduled jobs will be checked")
+            self._redis_trouble = True
+            return
+        previous, self._redis_identity = self._redis_identity, identity
+        if previous is None or previous == identity:
+            return
+        owned = sorted(self.ownership.owned())
+        self.redis_restarts_seen += 1
+        log.warning(
+            "Redis restarted or failed over (run_id changed); re-adding the pending jobs "
+            "of %d owned slot(s) from MySQL",
+            len(owned),
+        )
+        for slot in owned:
             await self.inbox.put(slot)
 
     async def _load_ahead_tick(self) -> None:

@@ -11,6 +11,7 @@ import logging
 from actors.lifecycle import Actor
 from actors.ownership import Ownership
 from actors.scanner import SlotScanner
+from cluster.config import Settings
 from cluster.redis_conn import connect_subscriber
 
 log = logging.getLogger(__name__)
@@ -20,16 +21,16 @@ class WakeListener(Actor):
     name = "wake-listener"
 
     def __init__(
-        self, redis_url: str, channel: str, ownership: Ownership, scanner: SlotScanner
+        self, settings: Settings, channel: str, ownership: Ownership, scanner: SlotScanner
     ) -> None:
         super().__init__()
-        self.redis_url = redis_url
+        self.settings = settings  # the subscriber needs the URL and the TLS settings
         self.channel = channel
         self.ownership = ownership
         self.scanner = scanner
 
     async def body(self) -> None:
-        redis = connect_subscriber(self.redis_url)
+        redis = connect_subscriber(self.settings)
         pubsub = redis.pubsub()
         try:
             await pubsub.subscribe(self.channel)

@@ -53,11 +53,12 @@ import orjson
 import redis.asyncio as aioredis
 import uvloop
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 from summary import percentile, summarize
 
 from cluster import DelayClient, Job
-from cluster.config import Settings
+from cluster.config import SECRET_SETTINGS, Settings
+from cluster.kafka_conn import make_admin, make_consumer, start_client
 from cluster.sql import parse_mysql_url
 from devstack.databases import create_cluster_database, drop_cluster_database
 from devstack.nodes import NodeProcess
@@ -154,10 +155,10 @@ async def bench_cluster(nodes: int) -> AsyncIterator[Settings]:
 
 
 @contextlib.asynccontextmanager
-async def kafka_topic(bootstrap: str, topic: str) -> AsyncIterator[None]:
+async def kafka_topic(settings: Settings, topic: str) -> AsyncIterator[None]:
     """A fresh topic, deleted afterwards (the local broker keeps records in memory)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
+    admin = make_admin(settings)
+    await start_client(admin, settings)
     try:
         await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
         yield
@@ -256,11 +257,9 @@ async def reread(reopen: Reopen, out: Received) -> None:
         await consumer.stop()
 
 
-async def start_consumer(bootstrap: str, topic: str) -> AIOKafkaConsumer:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, fetch_max_wait_ms=5, max_partition_fetch_bytes=1 << 20
-    )
-    await consumer.start()
+async def start_consumer(settings: Settings, topic: str) -> AIOKafkaConsumer:
+    consumer = make_consumer(settings, fetch_max_wait_ms=5, max_partition_fetch_bytes=1 << 20)
+    await start_client(consumer, settings)
     consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
     await consumer.seek_to_beginning()
     return consumer
@@ -276,8 +275,8 @@ async def run_fire(args: argparse.Namespace) -> dict[str, Any]:
     received = Received()
     async with bench_cluster(args.nodes) as settings:
         topic = f"bench.{settings.key_prefix}"
-        async with kafka_topic(settings.kafka_bootstrap, topic):
-            reopen = functools.partial(start_consumer, settings.kafka_bootstrap, topic)
+        async with kafka_topic(settings, topic):
+            reopen = functools.partial(start_consumer, settings, topic)
             consumer = await reopen()
             try:
                 first_due_ms = round((time.time() + lead_s) * 1000)
@@ -478,7 +477,7 @@ def write_pairs(path: Path, got: Received) -> None:
 
 def delayq_settings(settings: Settings) -> dict[str, Any]:
     """The cluster's settings, without addresses and credentials."""
-    hidden = {"redis_url", "mysql_url", "kafka_bootstrap", "zk_hosts", "node_id"}
+    hidden = {"redis_url", "mysql_url", "kafka_bootstrap", "zk_hosts", "node_id", *SECRET_SETTINGS}
     return {k: v for k, v in dataclasses.asdict(settings).items() if k not in hidden}
 
 

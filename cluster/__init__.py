@@ -9,7 +9,13 @@ stores both producers and nodes use, and the `delayq` command line.
 The node runtime (the actors that fire jobs) is the package `actors`.
 """
 
-from cluster.client import DeadJob, DelayClient, OutcomeUnknown, StoreUnavailable
+from cluster.client import (
+    DeadJob,
+    DelayClient,
+    OutcomeUnknown,
+    RedisStepFailed,
+    StoreUnavailable,
+)
 from cluster.config import ConfigError, Settings
 from cluster.contract import JobStatus
 from cluster.jobs import InvalidJob, Job
@@ -24,6 +30,7 @@ __all__ = [
     "JobRecord",
     "JobStatus",
     "OutcomeUnknown",
+    "RedisStepFailed",
     "Settings",
     "StoreUnavailable",
 ]

@@ -62,8 +62,14 @@ def _parser() -> argparse.ArgumentParser:
     services.add_argument(
         "--redis-cluster",
         action="store_true",
-        help="also run a three-master Redis Cluster (ports 17001-17003); "
-        "with env: point DELAYQ_REDIS_URL at it",
+        help="also run a three-master Redis Cluster (ports 17001-17003; with --secure "
+        "17011-17013); with env: point DELAYQ_REDIS_URL at it",
+    )
+    services.add_argument(
+        "--secure",
+        action="store_true",
+        help="act on the secure stack instead (TLS and passwords, state in "
+        "$DELAYQ_STATE_DIR/secure, ports 16380, 13307, 12182, 19093; docs/security.md)",
     )
 
     db = commands.add_parser("db", help="database schema")
@@ -156,7 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
-        return stack.run(args.action, purge=args.purge, redis_cluster=args.redis_cluster)
+        return stack.run(
+            args.action, purge=args.purge, redis_cluster=args.redis_cluster, secure=args.secure
+        )
     if args.config:
         os.environ["DELAYQ_CONFIG"] = args.config
     try:

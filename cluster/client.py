@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Any
 
 import pymysql
+import redis.exceptions
 
 from cluster.config import Settings
 from cluster.contract import WAITING_STATUSES, AddCode, ChangeCode, JobStatus
@@ -49,6 +50,7 @@ __all__ = [
     "JobRecord",
     "JobStatus",
     "OutcomeUnknown",
+    "RedisStepFailed",
     "StoreUnavailable",
 ]
 
@@ -65,6 +67,15 @@ class OutcomeUnknown(RuntimeError):
     def __init__(self, message: str, job_ids: list[str]) -> None:
         super().__init__(message)
         self.job_ids = job_ids
+
+
+class RedisStepFailed(OutcomeUnknown):
+    """MySQL committed the jobs, then adding them to Redis failed (Redis unreachable,
+    loading, timed out): the jobs ARE scheduled and will fire, possibly late. The node
+    owning each job's slot re-adds it from MySQL within about recent_reconcile_ms once
+    Redis answers (actors/reconciler.py). `job_ids` names them; get() finds them, and
+    scheduling them again with the same job_id is safe but not needed. A subclass of
+    OutcomeUnknown, so code that handles that handles this too."""
 
 
 # As plain ints: PyMySQL would quote an IntEnum parameter as a string.
@@ -92,7 +103,7 @@ class DelayClient:
         if self._scripts is not None:
             return
         await self.mysql.open()
-        self._redis = await open_redis(self.settings.redis_url)
+        self._redis = await open_redis(self.settings)
         self._scripts = Scripts(self._redis, self.keys)
         self._dead = DeadLetters(self.settings, self._scripts, self.mysql)
 
@@ -209,9 +220,31 @@ class DelayClient:
         except unreachable as exc:
             raise StoreUnavailable(f"MySQL is unreachable, nothing was scheduled: {exc}") from exc
         else:
+            rows = {}
+        try:
+            await self._add_committed(jobs, slots, keyed, rows)
+        except (*unreachable, redis.exceptions.RedisError, TimeoutError) as exc:
+            # Committed: the owning nodes re-add them from MySQL (actors/reconciler.py).
+            raise RedisStepFailed(
+                f"the job(s) are committed in MySQL and will fire, possibly late (their "
+                f"nodes re-add them from MySQL within seconds), but the step that adds "
+                f"them to Redis failed: {type(exc).__name__}: {exc}",
+                [job.job_id for job in jobs],
+            ) from exc
+
+    async def _add_committed(
+        self,
+        jobs: list[ValidJob],
+        slots: list[int],
+        keyed: set[str],
+        rows: dict[str, JobRecord],
+    ) -> None:
+        """The Redis step of _store, for jobs MySQL has committed; `rows` are rows
+        already read (after an unclear commit)."""
+        if keyed and not rows:
             # A caller's job_id may already exist: Redis must get the row MySQL kept,
             # and nothing if that job has fired, was cancelled or is dead.
-            rows = await self.mysql.get_many(sorted(keyed)) if keyed else {}
+            rows = await self.mysql.get_many(sorted(keyed))
         # Jobs due beyond the horizon stay in MySQL alone; the owning node loads them.
         # Judged after the commit, so a row a node's load pass could not see yet is
         # always added here (actors/reconciler.py).

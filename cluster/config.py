@@ -85,6 +85,10 @@ class Settings:
     record_interval_ms: int = 100
     marker_retention_ms: int = 60000
     reconcile_interval_ms: int = 300000
+    # How often a node re-adds the recently created rows of its slots and checks whether
+    # Redis restarted (actors/reconciler.py): bounds how late a job whose Redis add was
+    # lost fires.
+    recent_reconcile_ms: int = 5000
     safety_wake_ms: int = 1000
     reap_interval_ms: int = 1000
     inflight_timeout_ms: int = 30000
@@ -92,6 +96,9 @@ class Settings:
     retry_backoff_max_ms: int = 300000
     queue_size: int = 1024
     node_id: str = field(default_factory=_default_node_id)
+    # How long a starting node waits for MySQL, Redis, Kafka and ZooKeeper to answer
+    # before it gives up (actors/node.py); 0: try each once.
+    startup_timeout_s: float = 120.0
     # Testing hook: shift the node's own clock (scanner, lease checks) by this much.
     clock_offset_ms: int = 0
 
@@ -147,6 +154,7 @@ class Settings:
             "record_interval_ms",
             "marker_retention_ms",
             "reconcile_interval_ms",
+            "recent_reconcile_ms",
             "safety_wake_ms",
             "reap_interval_ms",
             "inflight_timeout_ms",
@@ -165,6 +173,8 @@ class Settings:
             raise ConfigError(f"kafka_linger_ms must be >= 0, got {self.kafka_linger_ms}")
         if self.redis_horizon_ms < 1000:
             raise ConfigError(f"redis_horizon_ms must be >= 1000, got {self.redis_horizon_ms}")
+        if not self.startup_timeout_s >= 0:
+            raise ConfigError(f"startup_timeout_s must be >= 0, got {self.startup_timeout_s}")
         if not self.max_delay_s > 0:
             raise ConfigError(f"max_delay_s must be > 0, got {self.max_delay_s}")
         if self.default_max_attempts > 1000:

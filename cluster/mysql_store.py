@@ -27,6 +27,7 @@ from cluster.jobs import ValidJob, now_ms
 from cluster.keys import shard_of
 from cluster.migrations import MigrationReport, SchemaError
 from cluster.rows import JOB_COLUMNS, JobRecord, Outcome, record_of_row
+from cluster.security import StoreAccessError
 from cluster.sql import ms_to_datetime
 
 # Re-exported: the client, actors and tests import these from here.
@@ -64,14 +65,40 @@ class MySQLStore:
     # ----- lifecycle -----------------------------------------------------------------
 
     async def open(self, *, check_schema: bool = True) -> None:
-        self._pool = await aiomysql.create_pool(
-            minsize=1,
-            maxsize=10,
-            autocommit=True,
-            charset="utf8mb4",
-            init_command="SET time_zone = '+00:00'",
-            **self.conn_args,
-        )
+        """Connect (one connection at once, up to 10). Raises StoreAccessError when MySQL
+        refuses: wrong password, TLS on one side only, an untrusted certificate."""
+        args = sql.mysql_connect_args(self.settings)
+        try:
+            self._pool = await aiomysql.create_pool(
+                minsize=1,
+                maxsize=10,
+                autocommit=True,
+                charset="utf8mb4",
+                # UTC, utf8mb4 whatever the server's default, and strict: a value too
+                # long for its column is an error, never silently truncated.
+                init_command=(
+                    "SET NAMES utf8mb4, time_zone = '+00:00', "
+                    "sql_mode = CONCAT_WS(',', @@sql_mode, 'STRICT_ALL_TABLES')"
+                ),
+                **args,
+            )
+        except (pymysql.err.Error, OSError) as error:
+            refusal = sql.mysql_refusal(error, args)
+            if refusal is None:
+                raise  # not reachable yet: a starting node waits this out
+            raise StoreAccessError(
+                f"MySQL at {args['host']}:{args['port']} refused the connection: {refusal}"
+            ) from error
+        if "ssl" in args:
+            async with self._pool.acquire() as conn:
+                encrypted = sql.uses_tls(conn)
+            if not encrypted:
+                await self.close()
+                raise StoreAccessError(
+                    f"MySQL at {args['host']}:{args['port']} does not offer TLS, which "
+                    "mysql_ssl_ca asks for: give the server ssl_cert/ssl_key, or (on a "
+                    "trusted network only) leave the mysql_ssl_* settings empty"
+                )
         if check_schema:
             try:
                 await self.check_layout()
@@ -295,6 +322,38 @@ class MySQLStore:
                 (*params, limit),
             )
             return [record_of_row(row) for row in await cur.fetchall()]
+
+    async def server_now(self) -> dt.datetime:
+        """MySQL's clock (naive UTC, ms): the clock that stamps gmt_create."""
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute("SELECT NOW(3)")
+            row = await cur.fetchone()
+        now: dt.datetime = row[0]
+        return now
+
+    async def recent_waiting_page(
+        self,
+        shard: tuple[int, int],
+        after: tuple[dt.datetime, str],
+        slots: Iterable[int],
+        limit: int,
+        before: dt.datetime,
+    ) -> list[tuple[dt.datetime, str, int]]:
+        """(gmt_create, job_id, slot) of the pending or retrying jobs of one shard in
+        `slots`, due before `before`, created after the cursor `after` (gmt_create,
+        job_id), in that order; walks idx_created (migration 002). Narrow on purpose:
+        most rows it finds are in Redis, and only the others need their payload."""
+        table, _ = self.shard_tables(shard)
+        slot_list = ",".join(str(int(slot)) for slot in slots) or "NULL"
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute(
+                f"SELECT gmt_create, job_id, slot FROM {table}"
+                " WHERE gmt_create >= %s AND (gmt_create > %s OR job_id > %s)"
+                f" AND status IN ({_WAITING}) AND slot IN ({slot_list}) AND action_time < %s"
+                " ORDER BY gmt_create, job_id LIMIT %s",
+                (after[0], after[0], after[1], before, limit),
+            )
+            return [(created, job_id, slot) for created, job_id, slot in await cur.fetchall()]
 
     # ----- node side -----------------------------------------------------------------------
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import ssl
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qsl, unquote, urlparse
 
-from cluster.config import ConfigError
+from pymysql.constants import CLIENT
+
+from cluster.config import ConfigError, Settings
+from cluster.security import client_tls, describe_tls_error, tls_cause
 
 UTC = dt.UTC
 ROWS_PER_STATEMENT = 2000
@@ -22,23 +26,118 @@ STATEMENT_BYTES = 4 << 20  # well under MySQL's default max_allowed_packet (16 M
 # PyMySQL's "Lost connection to MySQL server during query": the statement was sent, so
 # when it was the commit, nobody knows whether it took effect.
 LOST_DURING_QUERY = 2013
+ACCESS_DENIED = 1045  # wrong password, or an account that REQUIRE SSL over plain text
+DB_ACCESS_DENIED = 1044
+
+
+# TLS options a mysql_url may carry as query parameters (?ssl_ca=/path/ca.pem&…), the
+# same as the mysql_ssl_* settings, which fill in what the URL leaves out.
+_URL_TLS_OPTIONS = ("ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_hostname")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 def parse_mysql_url(url: str) -> dict[str, Any]:
-    """aiomysql connection arguments of a mysql:// (or mariadb://) URL naming a database."""
+    """aiomysql connection arguments of a mysql:// (or mariadb://) URL naming a database;
+    with ssl_ca/ssl_cert/ssl_key query parameters also "ssl", a verifying TLS context.
+
+    Errors never show the URL: it holds the password, and a malformed one (a / or @ in
+    an unquoted password) cannot be redacted reliably."""
     parsed = urlparse(url)
     if parsed.scheme not in ("mysql", "mariadb"):
-        raise ConfigError(f"mysql_url must start with mysql://, got {url!r}")
+        raise ConfigError(
+            "mysql_url must start with mysql:// or mariadb://, got "
+            f"{parsed.scheme + '://' if parsed.scheme else 'no scheme'}"
+        )
+    try:
+        port = parsed.port or 3306
+    except ValueError:
+        raise ConfigError(
+            "mysql_url has no valid port after the host (a password with / # ? or @ in it "
+            "must be percent-encoded, e.g. %2F)"
+        ) from None
     database = parsed.path.lstrip("/")
     if not database:
-        raise ConfigError(f"mysql_url must name a database: {url!r}")
-    return {
+        raise ConfigError("mysql_url must name a database: mysql://user:password@host/DATABASE")
+    args: dict[str, Any] = {
         "host": parsed.hostname or "127.0.0.1",
-        "port": parsed.port or 3306,
+        "port": port,
         "user": unquote(parsed.username or "root"),
         "password": unquote(parsed.password or ""),
         "db": database,
     }
+    options = dict(parse_qsl(parsed.query, keep_blank_values=True))
+    unknown = sorted(set(options) - set(_URL_TLS_OPTIONS))
+    if unknown:
+        raise ConfigError(
+            f"mysql_url: unknown parameter(s) {', '.join(unknown)}; "
+            f"known: {', '.join(_URL_TLS_OPTIONS)}"
+        )
+    if options:
+        verify = options.get("ssl_verify_hostname", "true").lower()
+        if verify not in _TRUE + _FALSE:
+            raise ConfigError("mysql_url: ssl_verify_hostname must be true or false")
+        context = mysql_tls(
+            options.get("ssl_ca", ""),
+            options.get("ssl_cert", ""),
+            options.get("ssl_key", ""),
+            verify_hostname=verify in _TRUE,
+        )
+        if context is not None:
+            args["ssl"] = context
+    return args
+
+
+def mysql_tls(
+    ca: str, cert: str = "", key: str = "", *, verify_hostname: bool = True
+) -> ssl.SSLContext | None:
+    """A TLS context that verifies the MySQL server (CERT_REQUIRED; the host name too,
+    unless verify_hostname is off), or None when no CA or client certificate is given."""
+    if not (ca or cert):
+        return None
+    try:
+        return client_tls(ca, cert, key, check_hostname=verify_hostname)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"MySQL TLS files: {exc}") from None
+
+
+def mysql_connect_args(settings: Settings) -> dict[str, Any]:
+    """aiomysql connection arguments: the URL's, plus TLS from the mysql_ssl_* settings
+    (unless the URL has its own TLS parameters)."""
+    args = parse_mysql_url(settings.mysql_url)
+    if "ssl" not in args:
+        context = mysql_tls(
+            settings.mysql_ssl_ca,
+            settings.mysql_ssl_cert,
+            settings.mysql_ssl_key,
+            verify_hostname=settings.mysql_ssl_verify_hostname,
+        )
+        if context is not None:
+            args["ssl"] = context
+    return args
+
+
+def mysql_refusal(error: BaseException, args: dict[str, Any]) -> str | None:
+    """Why MySQL refused a connection, when waiting cannot help; None otherwise."""
+    tls = tls_cause(error)
+    if tls is not None:
+        return describe_tls_error(tls, "mysql_ssl_ca")
+    code = error.args[0] if getattr(error, "args", None) else None
+    if code == ACCESS_DENIED:
+        hint = (
+            "wrong user or password"
+            if "ssl" in args
+            else "wrong user or password, or the account requires TLS (set mysql_ssl_ca)"
+        )
+        return f"access denied for user {args['user']!r}: {hint}"
+    if code == DB_ACCESS_DENIED:
+        return f"user {args['user']!r} has no privileges on database {args['db']!r}"
+    return None
+
+
+def uses_tls(conn: Any) -> bool:
+    """Whether a connection made with an "ssl" argument really is encrypted: PyMySQL and
+    aiomysql quietly stay in plain text when the server does not offer TLS."""
+    return bool(conn.server_capabilities & CLIENT.SSL)
 
 
 def ms_to_datetime(ms: int) -> dt.datetime:

@@ -10,12 +10,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
-from aiozk import ZKClient, exc
+from aiozk import exc
 
 from cluster.config import Settings
 from cluster.contract import member_id
 from cluster.keys import KeySpace
 from cluster.redis_conn import open_redis
+from cluster.zk_conn import no_auth_error, open_zk
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,8 @@ class ClusterStatus:
 
 async def read_status(settings: Settings) -> ClusterStatus:
     root = settings.zk_cluster_root
-    zk = ZKClient(settings.zk_hosts, session_timeout=settings.zk_session_timeout_ms / 1000)
-    await zk.start()
+    # Authenticated with zk_auth, like the nodes: a protected cluster refuses others.
+    zk = await open_zk(settings)
     try:
         try:
             config = orjson.loads(await zk.get_data(f"{root}/config"))
@@ -55,6 +56,8 @@ async def read_status(settings: Settings) -> ClusterStatus:
                 f"no delayq cluster at {root} in ZooKeeper "
                 f"{settings.zk_hosts}: no node has joined yet"
             ) from None
+        except exc.NoAuth:
+            raise no_auth_error(settings, f"{root}/config") from None
         slots = int(config["slots"])
         members: dict[str, dict[str, Any]] = {}
         for name in sorted(await zk.get_children(f"{root}/members")):
@@ -84,7 +87,7 @@ async def read_status(settings: Settings) -> ClusterStatus:
 async def _depths(settings: Settings, slots: int) -> list[tuple[int, int, int, int, int, int]]:
     """Per slot: (redis epoch, delay, ready, inflight, dead, overdue ms)."""
     keys = KeySpace(settings.key_prefix)
-    redis = await open_redis(settings.redis_url)
+    redis = await open_redis(settings)
     try:
         seconds, micros = await redis.time()
         now_ms = int(seconds) * 1000 + int(micros) // 1000

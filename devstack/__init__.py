@@ -5,7 +5,8 @@ it, except ``delayq services``, which imports ``devstack.stack`` when the comman
   entry points: ``up``, ``down``, ``status``, ``stack_env``, ``service_pid``, ``run``)
 - ``service``: what a service is: the ``Service`` description, ports, state folder
 - ``redis_server``, ``mariadb``, ``zookeeper``, ``tansu``: one service each: how to
-  prepare, start and probe it
+  prepare, start and probe it (and, in the secure stack, with TLS and passwords)
+- ``secure``: the secure stack's CA, server certificate and passwords
 - ``processes``: spawning, liveness, port ownership and stopping, through psutil
 - ``packages``: finding programs and installing missing Debian packages
 - ``nodes``: ``NodeProcess``, a ``delayq node`` subprocess that is ready when its ready

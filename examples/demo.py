@@ -14,11 +14,12 @@ from pathlib import Path
 
 import orjson
 import uvloop
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka import TopicPartition
+from aiokafka.admin import NewTopic
 
 from cluster import DelayClient, Job
 from cluster.config import Settings
+from cluster.kafka_conn import make_admin, make_consumer, start_client
 from devstack.nodes import NodeProcess, NodeProcessError
 
 JOBS = 40
@@ -40,13 +41,13 @@ async def start_node() -> NodeProcess:
 async def main() -> None:
     settings = Settings.from_env()
     topic = f"delayq.demo.{uuid.uuid4().hex[:6]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
+    admin = make_admin(settings)  # with the settings' TLS and SASL, like the node
+    await start_client(admin, settings)
     await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
     await admin.close()
     # A short fetch wait: the broker may hold a fetch until it expires.
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, fetch_max_wait_ms=5)
-    await consumer.start()
+    consumer = make_consumer(settings, fetch_max_wait_ms=5)
+    await start_client(consumer, settings)
     consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
 
     node = await start_node()

@@ -4,6 +4,11 @@ isolation by a fresh Redis key prefix and a fresh Kafka topic.
 Set DELAYQ_TEST_EXTERNAL=1 to test against services already named by DELAYQ_* variables
 instead of starting the local stack, and DELAYQ_TEST_REDIS_CLUSTER=1 to run the suite
 against the local three-master Redis Cluster instead of the single Redis.
+DELAYQ_TEST_SECURE=1 runs it against the secure local stack (`delayq services up --secure`:
+TLS and passwords everywhere; docs/security.md); the ``redis`` fixture then logs in as the
+stack's Redis admin, since tests use KEYS, CONFIG SET and FLUSHALL, which the delayq user
+may not. DELAYQ_TEST_SECURE=stores takes only Redis and MySQL from the secure stack, and
+Kafka and ZooKeeper from the plain one.
 """
 
 from __future__ import annotations
@@ -18,19 +23,26 @@ from typing import Any
 import orjson
 import pytest
 import uvloop
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka import TopicPartition
+from aiokafka.admin import NewTopic
 
 from actors.node import Node
 from cluster import DelayClient
 from cluster.config import Settings
+from cluster.kafka_conn import make_admin, make_consumer, start_client
 from cluster.keys import KeySpace
 from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import Scripts
 from devstack import stack
 from devstack.databases import create_cluster_database, drop_cluster_database
+from devstack.service import ServicesError
 
 TOPIC_PARTITIONS = 3
+SECURE_MODE = os.environ.get("DELAYQ_TEST_SECURE", "")
+SECURE_RUN = SECURE_MODE in ("1", "stores")
+# What DELAYQ_TEST_SECURE=stores takes from the plain stack, and drops from the secure one.
+_PLAIN_PARTS = ("DELAYQ_KAFKA_BOOTSTRAP", "DELAYQ_ZK_HOSTS")
+_SECURE_ONLY_PARTS = ("DELAYQ_KAFKA_SECURITY_PROTOCOL", "DELAYQ_KAFKA_SSL_CAFILE", "DELAYQ_ZK_AUTH")
 
 
 @pytest.fixture(scope="session")
@@ -46,8 +58,13 @@ def stack_env() -> Iterator[dict[str, str]]:
         return
     if os.environ.get("DELAYQ_TEST_REDIS_CLUSTER") == "1":
         os.environ["DELAYQ_SERVICES_REDIS_CLUSTER"] = "1"
-    stack.up()
-    env = stack.stack_env()
+    stack.up(secure=SECURE_RUN)
+    env = stack.stack_env(secure=SECURE_RUN)
+    if SECURE_MODE == "stores":
+        stack.up()
+        plain = stack.stack_env()
+        env = {k: v for k, v in env.items() if k not in _SECURE_ONLY_PARTS}
+        env.update({k: plain[k] for k in _PLAIN_PARTS})
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     yield env
@@ -56,6 +73,26 @@ def stack_env() -> Iterator[dict[str, str]]:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def secure_env() -> dict[str, str]:
+    """The secure local stack, started once per session (whichever stack the suite runs
+    against): its DELAYQ_* settings, not exported. Skips when it cannot start here."""
+    if os.environ.get("DELAYQ_TEST_EXTERNAL") == "1" and not SECURE_RUN:
+        pytest.skip("DELAYQ_TEST_EXTERNAL=1: the secure local stack is not started")
+    try:
+        stack.up(secure=True)
+    except ServicesError as exc:
+        pytest.skip(f"the secure local stack cannot start on this machine: {exc}")
+    return stack.stack_env(secure=True)
+
+
+def redis_admin(settings: Settings) -> Settings:
+    """settings with a Redis user allowed admin commands (KEYS, CONFIG SET, FLUSHALL):
+    the secure stack's admin when DELAYQ_TEST_REDIS_ADMIN_URL names it, else unchanged."""
+    admin_url = os.environ.get("DELAYQ_TEST_REDIS_ADMIN_URL")
+    return settings.replace(redis_url=admin_url) if admin_url else settings
 
 
 @pytest.fixture
@@ -79,7 +116,7 @@ async def settings(redis_settings: Settings) -> AsyncIterator[Settings]:
 
 @pytest.fixture
 async def redis(redis_settings: Settings) -> AsyncIterator[RedisClient]:
-    client = await open_redis(redis_settings.redis_url)
+    client = await open_redis(redis_admin(redis_settings))
     yield client
     await client.aclose()
 
@@ -107,9 +144,9 @@ async def node(settings: Settings) -> AsyncIterator[Node]:
 async def topic(settings: Settings) -> str:
     """A new Kafka topic with a few partitions."""
     name = f"test.{uuid.uuid4().hex[:12]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
-    await admin.start()
+    admin = make_admin(settings)
     try:
+        await start_client(admin, settings)
         await admin.create_topics([NewTopic(name, TOPIC_PARTITIONS, 1)])
     finally:
         await admin.close()
@@ -128,12 +165,10 @@ class Collector:
 
     REREAD_EVERY_S = 2.0
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, settings: Settings, topic: str) -> None:
+        self.settings = settings  # its Kafka connection and security settings
         self.topic = topic
-        self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=5
-        )
+        self.consumer = make_consumer(settings, enable_auto_commit=False, fetch_max_wait_ms=5)
         self.records: list[dict[str, object]] = []
         self.keys: list[bytes] = []
         self.reread_found = 0
@@ -145,7 +180,7 @@ class Collector:
         return [TopicPartition(self.topic, p) for p in range(TOPIC_PARTITIONS)]
 
     async def start(self) -> None:
-        await self.consumer.start()
+        await start_client(self.consumer, self.settings)
         self.consumer.assign(self.partitions)
         await self.consumer.seek_to_beginning(*self.partitions)
 
@@ -163,10 +198,10 @@ class Collector:
         """Read the topic from the beginning with a fresh consumer; add what the live
         consumer missed. Returns how many records were added."""
         self._last_reread = time.monotonic()
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
+        consumer = make_consumer(self.settings, enable_auto_commit=False)
         added = 0
         try:
-            await consumer.start()
+            await start_client(consumer, self.settings)
             consumer.assign(self.partitions)
             await consumer.seek_to_beginning(*self.partitions)
             while batch := await consumer.getmany(timeout_ms=500):
@@ -209,7 +244,7 @@ class Collector:
 
 @pytest.fixture
 async def collector(settings: Settings, topic: str) -> AsyncIterator[Collector]:
-    c = Collector(settings.kafka_bootstrap, topic)
+    c = Collector(settings, topic)
     await c.start()
     yield c
     await c.stop()

@@ -23,12 +23,13 @@ import orjson
 import pytest
 
 from actors.failpoints import EXIT_CODE, NAMES
-from cluster import DelayClient
+from actors.node import Node
+from cluster import DelayClient, Job, JobStatus, OutcomeUnknown, RedisStepFailed
 from cluster.config import Settings
 from cluster.redis_conn import RedisClient
 from devstack import stack
 from tests.checker import Ledger, Verdict, verdict
-from tests.conftest import Collector
+from tests.conftest import Collector, wait_for
 from tests.processes import NodeProcess
 
 # Faults kill the single-instance services, so the Redis Cluster pass leaves them out.
@@ -219,6 +220,61 @@ async def test_redis_restarted_without_persistence(
         "redis-restart-empty", settings, client, redis, topic, collector, tmp_path, fault
     )
     assert_safe(result, ledger)
+
+
+async def test_redis_down_after_the_mysql_commit(
+    settings: Settings,
+    client: DelayClient,
+    topic: str,
+    collector: Collector,
+) -> None:
+    """Redis stops (cleanly: its AOF keeps the slots' owner keys, so no node is fenced)
+    before a schedule_many's Redis step: the call raises RedisStepFailed naming the
+    jobs, which MySQL holds; once Redis is back they fire within seconds (the recent
+    pass and the restart watch of actors/reconciler.py), not at the periodic pass
+    (reconcile_interval_ms, 300 s here)."""
+    assert settings.reconcile_interval_ms == 300_000
+    node = Node(settings)  # in this process, to read its reconciler's counters
+    await node.start()
+    try:
+        assert node.parts is not None
+        reconciler = node.parts.reconciler
+
+        async def started() -> bool:
+            return len(reconciler.reconciled_slots()) == settings.slots
+
+        assert await wait_for(started, timeout_s=30)
+        pid = stack.service_pid("redis")
+        assert pid is not None
+        os.kill(pid, signal.SIGTERM)
+
+        async def redis_gone() -> bool:
+            return stack.service_pid("redis") is None
+
+        assert await wait_for(redis_gone, timeout_s=30)
+        jobs = [Job(topic, i, delay=0.5) for i in range(20)]
+        try:
+            with pytest.raises(RedisStepFailed, match="committed in MySQL") as caught:
+                await client.schedule_many(jobs)
+        finally:
+            await asyncio.to_thread(stack.up)
+        ids = caught.value.job_ids
+        assert isinstance(caught.value, OutcomeUnknown) and len(ids) == 20
+        rows = await client.mysql.get_many(ids)
+        assert {row.status for row in rows.values()} == {JobStatus.PENDING}
+        assert len(rows) == 20
+
+        async with reading(collector):
+            records = await collector.until(20, timeout_s=30)
+
+            async def restart_seen() -> bool:
+                return reconciler.redis_restarts_seen >= 1
+
+            assert await wait_for(restart_seen, timeout_s=30)
+        await collector.quiet_for(1.0)
+    finally:
+        await node.stop()
+    assert sorted(str(r["job_id"]) for r in records) == sorted(ids)
 
 
 async def test_broker_unreachable_for_10_s(

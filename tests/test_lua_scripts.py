@@ -83,7 +83,7 @@ async def test_add_same_id_twice_is_one_job(
 async def test_add_wakes_only_when_earliest_moves_earlier(
     scripts: Scripts, redis_settings: Settings, k: KeySpace
 ) -> None:
-    subscriber = connect_subscriber(redis_settings.redis_url)
+    subscriber = connect_subscriber(redis_settings)
     pubsub = subscriber.pubsub()
     await pubsub.subscribe(k.wake_channel)
     await pubsub.get_message(timeout=1)  # the subscribe confirmation

@@ -15,12 +15,16 @@ from typing import Any
 import pytest
 
 from cluster.config import Settings
-from cluster.migrations import SchemaError, load_migrations
+from cluster.migrations import SchemaError, check_schema, load_migrations
 from cluster.mysql_store import MySQLStore
 from devstack.databases import create_cluster_database, drop_cluster_database
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRST = "001_jobs.sql"
+# The packaged migrations, in order; a test's own migration comes after them.
+PACKAGED = sorted(path.name for path in (ROOT / "schema").glob("[0-9]*.sql"))
+NEXT = len(PACKAGED) + 1
+TENANT = f"{NEXT:03d}_tenant.sql"
 ADD_COLUMN = "ALTER TABLE {jobs} ADD COLUMN tenant VARCHAR(64) NULL;\n"
 
 NewDatabase = Callable[..., Awaitable[Settings]]
@@ -45,11 +49,17 @@ async def new_database(stack_env: dict[str, str]) -> AsyncIterator[NewDatabase]:
         await drop_cluster_database(settings)
 
 
+def packaged_records(shards: int) -> list[tuple[int, str, int, bool]]:
+    """What delayq_migrations holds once the packaged migrations ran on `shards` shards."""
+    return [(version, name, shards, True) for version, name in enumerate(PACKAGED, 1)]
+
+
 def schema_dir(tmp_path: Path, **extra: str) -> Path:
     """The packaged migrations plus `extra` (file name: text) in a folder of their own."""
     folder = tmp_path / f"schema-{uuid.uuid4().hex[:6]}"
     folder.mkdir()
-    shutil.copy(ROOT / "schema" / FIRST, folder / FIRST)
+    for name in PACKAGED:
+        shutil.copy(ROOT / "schema" / name, folder / name)
     for name, text in extra.items():
         (folder / name).write_text(text)
     return folder
@@ -102,10 +112,10 @@ async def tables_with_column(settings: Settings, column: str) -> set[str]:
 async def test_a_second_migrate_applies_nothing(new_database: NewDatabase) -> None:
     settings = await new_database()
     first = await migrate(settings)
-    assert (first.applied, first.adopted, first.versions) == ([FIRST], [], 1)
+    assert (first.applied, first.adopted, first.versions) == (PACKAGED, [], len(PACKAGED))
     second = await migrate(settings)
-    assert (second.applied, second.adopted, second.versions) == ([], [], 1)
-    assert await recorded(settings) == [(1, FIRST, 2, True)]
+    assert (second.applied, second.adopted, second.versions) == ([], [], len(PACKAGED))
+    assert await recorded(settings) == packaged_records(2)
     store = MySQLStore(settings, "node")
     await store.open()  # the schema check passes
     await store.close()
@@ -117,41 +127,44 @@ async def test_a_new_migration_is_applied_once_to_every_shard(
 ) -> None:
     settings = await new_database(databases=databases, tables=2)
     await migrate(settings)
-    folder = schema_dir(tmp_path, **{"002_tenant.sql": "-- a tenant per job\n" + ADD_COLUMN})
+    folder = schema_dir(tmp_path, **{TENANT: "-- a tenant per job\n" + ADD_COLUMN})
 
-    # A node or producer that knows 002 refuses the database until it is applied.
+    # A node or producer that knows it refuses the database until it is applied.
     early = MySQLStore(settings, "node", schema_dir=folder)
-    with pytest.raises(SchemaError, match=r"002_tenant\.sql not applied.*run `delayq db migrate`"):
+    with pytest.raises(SchemaError, match=rf"{TENANT} not applied.*run `delayq db migrate`"):
         await early.open()
 
     report = await migrate(settings, folder)
-    assert (report.applied, report.shards) == (["002_tenant.sql"], databases * 2)
+    assert (report.applied, report.shards) == ([TENANT], databases * 2)
     store = MySQLStore(settings, "test")
     every_job_table = {store.shard_tables(shard)[0] for shard in store.all_shards()}
     assert len(every_job_table) == databases * 2
     assert await tables_with_column(settings, "tenant") == every_job_table
     assert await recorded(settings) == [
-        (1, FIRST, databases * 2, True),
-        (2, "002_tenant.sql", databases * 2, True),
+        *packaged_records(databases * 2),
+        (NEXT, TENANT, databases * 2, True),
     ]
     meta = dict(await query(settings, "SELECT name, value FROM delayq_meta"))
-    assert meta["schema_version"] == "2"
+    assert meta["schema_version"] == str(NEXT)
 
     # Applied once: running it again would fail on the existing column.
     assert (await migrate(settings, folder)).applied == []
-    # An older delayq (without 002) applies nothing and says the database is newer.
+    # An older delayq (without it) applies nothing and says the database is newer.
     older = await migrate(settings)
-    assert (older.applied, older.newer) == ([], [2])
+    assert (older.applied, older.newer) == ([], [NEXT])
     late = MySQLStore(settings, "node", schema_dir=folder)
     await late.open()
     await late.close()
 
 
-async def test_an_old_style_database_is_adopted(new_database: NewDatabase) -> None:
+async def test_an_old_style_database_is_adopted(new_database: NewDatabase, tmp_path: Path) -> None:
     """A database migrated before migrations were versioned: delayq_meta with
     schema_version=1 and the tables, no delayq_migrations."""
     settings = await new_database(tables=2)
-    store = MySQLStore(settings, "old")
+    only_first = tmp_path / "schema-001"
+    only_first.mkdir()
+    shutil.copy(ROOT / "schema" / FIRST, only_first / FIRST)
+    store = MySQLStore(settings, "old", schema_dir=only_first)
     await store.open(check_schema=False)
     try:
         async with store.pool.acquire() as conn, conn.cursor() as cur:
@@ -167,18 +180,23 @@ async def test_an_old_style_database_is_adopted(new_database: NewDatabase) -> No
                 "schema_version": "1",
             }
             await cur.executemany("INSERT INTO delayq_meta VALUES (%s, %s)", layout.items())
-            [first] = load_migrations()
+            first = load_migrations()[0]
             for shard in store.all_shards():
                 for statement in first.for_shard(*store.shard_tables(shard)):
                     await cur.execute(statement)
-        # Nodes of the new version accept it before it is adopted: nothing is missing.
+        # Nodes that know version 1 only accept it before it is adopted: nothing is
+        # missing for them (nodes that know 002 wait for `delayq db migrate`).
         await store.check_layout()
+        with pytest.raises(SchemaError, match=r"002_created_index\.sql not applied"):
+            await check_schema(store)  # the packaged migrations
     finally:
         await store.close()
 
     report = await migrate(settings)
-    assert (report.adopted, report.applied, report.versions) == ([FIRST], [], 1)
-    assert await recorded(settings) == [(1, FIRST, 2, True)]
+    # Version 1 is adopted; the later packaged migrations are applied.
+    assert (report.adopted, report.applied) == ([FIRST], PACKAGED[1:])
+    assert report.versions == len(PACKAGED)
+    assert await recorded(settings) == packaged_records(2)
     again = await migrate(settings)
     assert (again.adopted, again.applied) == ([], [])
 
@@ -188,17 +206,16 @@ async def test_a_failing_migration_is_not_recorded_and_names_the_file(
 ) -> None:
     settings = await new_database(tables=2)
     await migrate(settings)
-    broken = schema_dir(
-        tmp_path, **{"002_broken.sql": "ALTER TABLE {jobs} ADD COLUMN oops NOT A TYPE;\n"}
-    )
-    with pytest.raises(SchemaError, match=r"migration 002_broken\.sql failed on .*job_0000"):
+    name = f"{NEXT:03d}_broken.sql"
+    broken = schema_dir(tmp_path, **{name: "ALTER TABLE {jobs} ADD COLUMN oops NOT A TYPE;\n"})
+    with pytest.raises(SchemaError, match=rf"migration {name} failed on .*job_0000"):
         await migrate(settings, broken)
-    assert await recorded(settings) == [(1, FIRST, 2, True)]
-    with pytest.raises(SchemaError, match=r"002_broken\.sql not applied"):
+    assert await recorded(settings) == packaged_records(2)
+    with pytest.raises(SchemaError, match=rf"{name} not applied"):
         await MySQLStore(settings, "node", schema_dir=broken).open()
     # Fixed, it applies.
-    (broken / "002_broken.sql").write_text(ADD_COLUMN)
-    assert (await migrate(settings, broken)).applied == ["002_broken.sql"]
+    (broken / name).write_text(ADD_COLUMN)
+    assert (await migrate(settings, broken)).applied == [name]
 
 
 async def test_a_migration_that_failed_part_way_continues_with_the_failed_shard(
@@ -211,43 +228,42 @@ async def test_a_migration_that_failed_part_way_continues_with_the_failed_shard(
     store = MySQLStore(settings, "test")
     second_table = store.shard_tables((0, 1))[0]
     await query(settings, f"ALTER TABLE {second_table} ADD COLUMN tenant INT NULL")
-    folder = schema_dir(tmp_path, **{"002_tenant.sql": ADD_COLUMN})
-    with pytest.raises(SchemaError, match=r"002_tenant\.sql failed on .*job_0001.*shard 2 of 3"):
+    folder = schema_dir(tmp_path, **{TENANT: ADD_COLUMN})
+    with pytest.raises(SchemaError, match=rf"{TENANT} failed on .*job_0001.*shard 2 of 3"):
         await migrate(settings, folder)
-    assert await recorded(settings) == [(1, FIRST, 3, True), (2, "002_tenant.sql", 1, False)]
+    assert await recorded(settings) == [*packaged_records(3), (NEXT, TENANT, 1, False)]
     with pytest.raises(SchemaError, match="not applied"):
         await MySQLStore(settings, "node", schema_dir=folder).open()
 
     await query(settings, f"ALTER TABLE {second_table} DROP COLUMN tenant")
-    # job_0000 has the column already: running 002 on it again would fail.
-    assert (await migrate(settings, folder)).applied == ["002_tenant.sql"]
+    # job_0000 has the column already: running the migration on it again would fail.
+    assert (await migrate(settings, folder)).applied == [TENANT]
     assert len(await tables_with_column(settings, "tenant")) == 3
-    assert await recorded(settings) == [(1, FIRST, 3, True), (2, "002_tenant.sql", 3, True)]
+    assert await recorded(settings) == [*packaged_records(3), (NEXT, TENANT, 3, True)]
 
 
 async def test_an_applied_migration_that_was_edited_is_refused(
     new_database: NewDatabase, tmp_path: Path
 ) -> None:
     settings = await new_database()
-    await migrate(settings, schema_dir(tmp_path, **{"002_tenant.sql": ADD_COLUMN}))
-    edited = schema_dir(
-        tmp_path, **{"002_tenant.sql": ADD_COLUMN.replace("VARCHAR(64)", "VARCHAR(128)")}
-    )
-    with pytest.raises(SchemaError, match=r"002_tenant\.sql was changed after it was applied"):
+    await migrate(settings, schema_dir(tmp_path, **{TENANT: ADD_COLUMN}))
+    edited = schema_dir(tmp_path, **{TENANT: ADD_COLUMN.replace("VARCHAR(64)", "VARCHAR(128)")})
+    with pytest.raises(SchemaError, match=rf"{TENANT} was changed after it was applied"):
         await migrate(settings, edited)
     # Comment lines are not part of the checksum.
-    commented = schema_dir(tmp_path, **{"002_tenant.sql": "-- why: billing\n" + ADD_COLUMN})
+    commented = schema_dir(tmp_path, **{TENANT: "-- why: billing\n" + ADD_COLUMN})
     assert (await migrate(settings, commented)).applied == []
 
 
 def test_migration_files_are_numbered_without_gaps(tmp_path: Path) -> None:
-    assert [m.name for m in load_migrations()] == [FIRST]
+    assert [m.name for m in load_migrations()] == PACKAGED
+    assert PACKAGED[:2] == [FIRST, "002_created_index.sql"]
     with pytest.raises(SchemaError, match="without gaps"):
-        load_migrations(schema_dir(tmp_path, **{"003_skipped.sql": ADD_COLUMN}))
+        load_migrations(schema_dir(tmp_path, **{f"{NEXT + 1:03d}_skipped.sql": ADD_COLUMN}))
     with pytest.raises(SchemaError, match=r"NNN_name\.sql"):
         load_migrations(schema_dir(tmp_path, **{"2_short.sql": ADD_COLUMN}))
     with pytest.raises(SchemaError, match="no SQL statement"):
-        load_migrations(schema_dir(tmp_path, **{"002_empty.sql": "-- nothing yet\n"}))
+        load_migrations(schema_dir(tmp_path, **{f"{NEXT:03d}_empty.sql": "-- nothing yet\n"}))
 
 
 async def test_db_migrate_command_reports_what_it_did(new_database: NewDatabase) -> None:
@@ -271,6 +287,7 @@ async def test_db_migrate_command_reports_what_it_did(new_database: NewDatabase)
         return done.stdout
 
     first = db_migrate()
-    assert f"applied {FIRST} to 2 job table(s)" in first
-    assert "schema ready: 1 migration(s) applied" in first
-    assert "schema up to date: 1 migration(s) applied" in db_migrate()
+    for name in PACKAGED:
+        assert f"applied {name} to 2 job table(s)" in first
+    assert f"schema ready: {len(PACKAGED)} migration(s) applied" in first
+    assert f"schema up to date: {len(PACKAGED)} migration(s) applied" in db_migrate()

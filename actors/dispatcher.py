@@ -29,6 +29,7 @@ from actors.scanner import SlotScanner
 from cluster.config import Settings
 from cluster.contract import NO_TIME
 from cluster.envelope import Fire, fire_of
+from cluster.jobs import topic_allowed
 from cluster.scripts import Fenced, Scripts
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,9 @@ class Dispatcher(Actor):
         fires: list[Fire] = []
         owners: list[tuple[int, bytes]] = []
         more: list[int] = []
+        # Jobs whose topic allowed_topics does not cover (a producer with other settings
+        # wrote them): never published, they fail each attempt and go dead.
+        refused: dict[tuple[int, int], dict[bytes, str]] = defaultdict(dict)
         for (slot, epoch), claim in zip(held, claims, strict=True):
             if claim is None:
                 self.ownership.lost(slot, epoch)
@@ -160,10 +164,19 @@ class Dispatcher(Actor):
                 )
                 continue
             for job in claimed:
-                fires.append(fire_of(job.envelope, job.attempt, now_ms))
+                fire = fire_of(job.envelope, job.attempt, now_ms)
+                if not topic_allowed(s.allowed_topics, fire.topic):
+                    refused[slot, epoch][job.job_id] = (
+                        f"TopicNotAllowed: topic {fire.topic!r} matches none of "
+                        f"allowed_topics={s.allowed_topics!r}"
+                    )[:500]
+                    continue
+                fires.append(fire)
                 owners.append((slot, job.job_id))
             if len(claimed) == s.claim_batch:
                 more.append(slot)
+        for (slot, epoch), errors in refused.items():
+            await self._nack(slot, epoch, errors)
         sent: dict[int, list[Sent]] = defaultdict(list)
         if fires:
             futures = await self.publisher.publish(fires)

@@ -29,6 +29,41 @@ import orjson
 from cluster.config import ConfigError, Settings
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def shown(text: object) -> str:
+    """Untrusted text (ids, topics, errors) made safe to print: every character a
+    terminal would interpret rather than show (controls, bidi controls, other
+    non-printables) is escaped the way repr() does, e.g. \\x9b or \\u202e."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def shown_json(value: object) -> str:
+    """value as indented JSON with every non-printable character inside its strings
+    written as a \\u escape: the same JSON, safe for a terminal."""
+    text = orjson.dumps(value, option=orjson.OPT_INDENT_2, default=str).decode()
+    return "".join(c if c.isprintable() or c == "\n" else _json_escape(c) for c in text)
+
+
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # a surrogate pair, as JSON writes characters beyond the BMP
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="delayq",
@@ -126,7 +161,9 @@ def _parser() -> argparse.ArgumentParser:
         "now (a job named by --job-id that is dead in MySQL but no longer in the set, purged "
         "or lost by Redis, is replayed from MySQL). purge: forget dead jobs in Redis (MySQL "
         "keeps them, status dead). replay and purge take --job-id (repeatable), --topic or "
-        "--all.",
+        "--all; with --topic or --all they first print how many jobs they would act on and "
+        "need --yes, or a y answer when run in a terminal. --dry-run prints that count and "
+        "changes nothing.",
     )
     dead.add_argument("action", choices=["list", "show", "replay", "purge"])
     dead.add_argument("job", nargs="?", help="with show: the job id")
@@ -139,7 +176,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     dead.add_argument("--topic", help="only jobs of this topic")
     dead.add_argument("--all", action="store_true", help="with replay/purge: every dead job")
-    dead.add_argument("--limit", type=int, default=100, help="with list: at most this many")
+    dead.add_argument(
+        "--yes",
+        action="store_true",
+        help="with replay/purge --topic/--all: act without asking for confirmation",
+    )
+    dead.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with replay/purge: print how many dead jobs they would act on, change nothing",
+    )
+    dead.add_argument(
+        "--limit", type=_positive_int, default=100, help="with list: at most this many (>= 1)"
+    )
 
     get = commands.add_parser("get", help="print a job's durable record as JSON")
     get.add_argument("job_id")
@@ -191,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "cancel":
             return _run(_cancel(settings, args.job_id))
     except (ConfigError, ValueError, RuntimeError) as exc:
-        print(f"delayq: {exc}", file=sys.stderr)
+        print(f"delayq: {shown(exc)}", file=sys.stderr)
         return 1
     return 2
 
@@ -279,9 +328,9 @@ async def _dead(settings: Settings, args: argparse.Namespace) -> int:
         if args.action == "list":
             for listed in await client.dead_letters(topic=args.topic, limit=args.limit):
                 print(
-                    f"{listed.job_id}  topic {listed.topic}  slot {listed.slot}  "
+                    f"{shown(listed.job_id)}  topic {shown(listed.topic)}  slot {listed.slot}  "
                     f"died {listed.died_ms}  attempts {listed.attempts}  "
-                    f"error {listed.last_error}"
+                    f"error {shown(listed.last_error)}"
                 )
             return 0
         if args.action == "show":
@@ -289,13 +338,48 @@ async def _dead(settings: Settings, args: argparse.Namespace) -> int:
             if job is None:
                 print(f"no dead job {args.job!r}", file=sys.stderr)
                 return 1
-            shown = {**job.__dict__, "history": await client.mysql.history(args.job)}
-            print(orjson.dumps(shown, option=orjson.OPT_INDENT_2, default=str).decode())
+            print(shown_json({**job.__dict__, "history": await client.mysql.history(args.job)}))
             return 0
-        act = client.replay_dead if args.action == "replay" else client.purge_dead
+        verb = args.action
+        if args.job_ids is not None:
+            if args.dry_run:
+                found = [await client.dead_job(job_id) for job_id in args.job_ids]
+                count = sum(job is not None for job in found)
+                print(f"would {verb} {count} dead job(s) in the dead-letter set (dry run)")
+                return 0
+        else:
+            count = await client.count_dead(topic=args.topic)
+            scope = "every" if args.all else f"topic {shown(args.topic)}:"
+            print(f"{count} dead job(s) to {verb} ({scope} dead job(s))")
+            if args.dry_run:
+                print("dry run: nothing changed")
+                return 0
+            if count == 0:
+                return 0
+            if not args.yes and not _confirmed(f"{verb} {count} dead job(s)? [y/N] "):
+                return 2
+        act = client.replay_dead if verb == "replay" else client.purge_dead
         count = await act(args.job_ids, topic=args.topic)
-        print(f"{'replayed' if args.action == 'replay' else 'purged'} {count} dead job(s)")
+        print(f"{'replayed' if verb == 'replay' else 'purged'} {count} dead job(s)")
     return 0
+
+
+def _confirmed(question: str) -> bool:
+    """A y answer from the terminal; without one (no terminal) say why and refuse."""
+    if not sys.stdin.isatty():
+        print(
+            "delayq: refusing without --yes (stdin is not a terminal to confirm on)",
+            file=sys.stderr,
+        )
+        return False
+    try:
+        answer = input(question)
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        print("delayq: not confirmed, nothing changed", file=sys.stderr)
+        return False
+    return True
 
 
 async def _get(settings: Settings, job_id: str) -> int:
@@ -312,7 +396,7 @@ async def _get(settings: Settings, job_id: str) -> int:
         "payload": orjson.loads(record.payload_json),
     }
     del data["payload_json"]
-    print(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+    print(shown_json(data))
     return 0
 
 

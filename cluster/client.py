@@ -13,6 +13,7 @@ anything is written.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import os
 import socket
@@ -81,6 +82,8 @@ class RedisStepFailed(OutcomeUnknown):
 # As plain ints: PyMySQL would quote an IntEnum parameter as a string.
 _WAITING_PARAMS = tuple(int(status) for status in WAITING_STATUSES)
 MAX_BATCH = 100_000
+# Pauses before adding again a job whose add met a cancel's tombstone (_add_refused_again).
+REFUSED_RETRY_PAUSES_S = (0.01, 0.05, 0.15, 0.3)
 
 
 class DelayClient:
@@ -258,7 +261,42 @@ class DelayClient:
             elif row.status in WAITING_STATUSES and row.due_ms < horizon_end:
                 by_slot[slot].append(NewJob.from_record(row))
         if by_slot:
-            await self.scripts.add_many(by_slot)
+            await self._add_refused_again(by_slot, await self.scripts.add_many(by_slot))
+
+    async def _add_refused_again(
+        self,
+        by_slot: dict[int, list[NewJob]],
+        results: dict[int, tuple[bool, list[AddCode]]],
+    ) -> None:
+        """A job whose add was refused though MySQL has its row waiting met the
+        tombstone of a cancel that is still deciding (see cancel()): one that finds no
+        row of it takes the tombstone back a round trip later, and the job must then be
+        added to fire on time; one that finds the row cancels it. So: add again, a few
+        times over about half a second, while the row is waiting. Never past a
+        tombstone, so a job cancelled in MySQL stays out of Redis."""
+        refused = {
+            job.job_id: (slot, job)
+            for slot, jobs in by_slot.items()
+            for job, code in zip(jobs, results[slot][1], strict=True)
+            if code == AddCode.REFUSED
+        }
+        for pause_s in REFUSED_RETRY_PAUSES_S:
+            if not refused:
+                return
+            await asyncio.sleep(pause_s)
+            rows = await self.mysql.get_many(list(refused))
+            retry: dict[int, list[NewJob]] = defaultdict(list)
+            for job_id, (slot, job) in refused.items():
+                row = rows.get(job_id)
+                if row is not None and row.status in WAITING_STATUSES:
+                    retry[slot].append(job)
+            again = await self.scripts.add_many(retry) if retry else {}
+            refused = {
+                job.job_id: (slot, job)
+                for slot, jobs in retry.items()
+                for job, code in zip(jobs, again[slot][1], strict=True)
+                if code == AddCode.REFUSED
+            }
 
     # ----- cancel / reschedule / get -------------------------------------------------
 
@@ -267,15 +305,30 @@ class DelayClient:
         fired, dead, or being published at this moment."""
         job_id = check_job_id(job_id)
         slot = slot_of(job_id, self.settings.slots)
-        removed = await self.scripts.cancel(slot, job_id, self.settings.marker_retention_ms)
-        if removed not in (ChangeCode.CHANGED, ChangeCode.ABSENT):
+        redis_step = await self.scripts.cancel(slot, job_id, self.settings.marker_retention_ms)
+        if redis_step.code not in (ChangeCode.CHANGED, ChangeCode.ABSENT):
             return False  # in flight, dead or fired
         # A tombstone now refuses a late add of it (e.g. a schedule still on its way).
         changed = await self.mysql.set_status(
             job_id, JobStatus.CANCELLED, slot, from_statuses=_WAITING_PARAMS
         )
-        if changed or removed == ChangeCode.CHANGED:
+        if changed or redis_step.code == ChangeCode.CHANGED:
             return True
+        # Not in Redis, and MySQL has no waiting row of it (none at all, or one fired,
+        # cancelled or dead): nothing is cancelled, so the tombstone has nothing to guard
+        # and would only refuse a schedule (or dead-letter replay) of this id for
+        # marker_retention_ms, which then fired that much late. Interleavings with a
+        # schedule S of the id (S1: its MySQL commit, S2: its Redis add), this cancel
+        # being C1: tombstone, C2: the UPDATE above, C3: untomb:
+        # - S1 before C2: C2 found the row and cancelled it; we are not here, and the
+        #   tombstone refuses S2 if it comes after C1 (S2 before C1: C1 removed the job).
+        #   This is the race the tombstone exists for, and it stays closed.
+        # - S1 after C2: the cancel returns False (the job did not exist yet) and S's
+        #   job must fire. S2 after C3 adds it. S2 before C3 is refused, and S adds it
+        #   again once C3 took the tombstone back (_add_refused_again).
+        # Untomb takes back only this cancel's tombstone and restores the one it
+        # replaced: a concurrent cancel that did cancel the row keeps its own.
+        await self.scripts.untomb(slot, job_id, redis_step)
         record = await self.mysql.get(job_id)
         return record is not None and record.status == JobStatus.CANCELLED
 
@@ -332,6 +385,10 @@ class DelayClient:
     async def dead_letters(self, *, topic: str | None = None, limit: int = 100) -> list[DeadJob]:
         """Dead jobs, oldest death first (per slot), with attempts and last error."""
         return await self._dead_letters.dead_letters(topic=topic, limit=limit)
+
+    async def count_dead(self, *, topic: str | None = None) -> int:
+        """How many jobs are in the dead-letter set (of one topic)."""
+        return await self._dead_letters.count_dead(topic)
 
     async def dead_job(self, job_id: str) -> DeadJob | None:
         """One job of the dead-letter set, or None if it is not there."""

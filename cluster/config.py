@@ -24,6 +24,10 @@ class ConfigError(ValueError):
 
 KAFKA_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# What a fired record holds besides its payload, at most: job_id, biz_id (also the Kafka
+# key) and biz_type at up to 4 UTF-8 bytes a character (200, 200, 64), the topic (249),
+# field names, times, the delayq-node header and Kafka's record framing.
+RECORD_OVERHEAD_BYTES = 4096
 # Settings whose whole value is a secret.
 SECRET_SETTINGS = frozenset({"kafka_sasl_password", "zk_auth"})
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*):[^/\s]*@")
@@ -169,6 +173,20 @@ class Settings:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.payload_max_bytes + RECORD_OVERHEAD_BYTES > self.kafka_max_batch_bytes:
+            # Otherwise a payload producers accept could never be published: it would
+            # use up its attempts and go dead.
+            raise ConfigError(
+                f"payload_max_bytes ({self.payload_max_bytes}) must leave "
+                f"{RECORD_OVERHEAD_BYTES} bytes for the record's other fields within "
+                f"kafka_max_batch_bytes ({self.kafka_max_batch_bytes}): at most "
+                f"{self.kafka_max_batch_bytes - RECORD_OVERHEAD_BYTES}"
+            )
+        if self.allowed_topics and not all(p.strip() for p in self.allowed_topics.split(",")):
+            raise ConfigError(
+                "allowed_topics must be comma-separated fnmatch patterns without empty "
+                f"ones, or empty for any topic; got {self.allowed_topics!r}"
+            )
         if self.kafka_linger_ms < 0:
             raise ConfigError(f"kafka_linger_ms must be >= 0, got {self.kafka_linger_ms}")
         if self.redis_horizon_ms < 1000:

@@ -17,7 +17,7 @@ from typing import Any
 from cluster.config import Settings
 from cluster.contract import JobStatus, ReplayCode
 from cluster.envelope import record_of
-from cluster.jobs import InvalidJob, check_job_id, check_topic
+from cluster.jobs import InvalidJob, check_allowed_topic, check_job_id, check_topic
 from cluster.keys import slot_of
 from cluster.mysql_store import MySQLStore
 from cluster.scripts import NewJob, Scripts
@@ -65,6 +65,8 @@ class DeadLetters:
 
     async def dead_letters(self, *, topic: str | None = None, limit: int = 100) -> list[DeadJob]:
         """Dead jobs, oldest death first (per slot), with attempts and last error."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidJob(f"limit must be an int >= 1, got {limit!r}")
         found: list[DeadJob] = []
         async for _, jobs in self._dead(topic):
             found += jobs
@@ -104,6 +106,15 @@ class DeadLetters:
             record,
         )
 
+    async def count_dead(self, topic: str | None = None) -> int:
+        """How many jobs the dead-letter sets hold (of one topic)."""
+        if topic is not None:
+            check_topic(topic)
+        count = 0
+        async for _, jobs in self._dead(topic):
+            count += len(jobs)
+        return count
+
     async def replay_dead(
         self, job_ids: Sequence[str] | None = None, *, topic: str | None = None
     ) -> int:
@@ -114,6 +125,9 @@ class DeadLetters:
         purged, or Redis lost it) is replayed from its MySQL row."""
         if job_ids is not None:
             return await self._each_named(job_ids, self._replay_named)
+        if topic is not None:
+            # Jobs of a topic nodes may not publish to would only go dead again.
+            check_allowed_topic(check_topic(topic), self.settings)
         return await self._each_listed(topic, self._replay)
 
     async def purge_dead(

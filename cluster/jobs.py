@@ -6,6 +6,8 @@ Validation happens before anything is written, so bad input changes nothing.
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
+import functools
 import math
 import os
 import re
@@ -24,9 +26,12 @@ class InvalidJob(ValueError):
     """A schedule/cancel/reschedule argument is not acceptable; nothing was changed."""
 
 
-# Kafka's own rule for topic names.
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Kafka's own rule for topic names (used with fullmatch: "$" would accept a final "\n").
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+# Characters a terminal, log viewer or editor interprets rather than shows: C0 and C1
+# controls and DEL, and the bidirectional controls that reorder displayed text (LRM,
+# RLM, ALM, the embeddings and overrides U+202A-U+202E, the isolates U+2066-U+2069).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 JOB_ID_MAX_CHARS = 200
 BIZ_ID_MAX_CHARS = 200
 BIZ_TYPE_MAX_CHARS = 64
@@ -90,6 +95,13 @@ def check_job_id(job_id: object) -> str:
         raise InvalidJob(f"job_id must be a str, got {type(job_id).__name__}")
     if not job_id or len(job_id) > JOB_ID_MAX_CHARS:
         raise InvalidJob(f"job_id must be 1..{JOB_ID_MAX_CHARS} characters")
+    if job_id[-1] == " ":
+        # The job table's collation pads with spaces (PAD SPACE, MariaDB and MySQL), so
+        # MySQL would take 'X ' for the row of 'X' while Redis, slots and Kafka do not.
+        raise InvalidJob(
+            "job_id must not end with a space (MySQL would take it for the id without "
+            f"its trailing spaces): {job_id!r}"
+        )
     _check_chars("job_id", job_id)
     return job_id
 
@@ -97,10 +109,35 @@ def check_job_id(job_id: object) -> str:
 def check_topic(topic: object) -> str:
     if not isinstance(topic, str):
         raise InvalidJob(f"topic must be a str, got {type(topic).__name__}")
-    if not _TOPIC.match(topic) or topic in (".", ".."):
+    if not _TOPIC.fullmatch(topic) or topic in (".", ".."):
         raise InvalidJob(
             f"topic {topic!r} is not a valid Kafka topic name "
             "(1..249 of the characters A-Z a-z 0-9 . _ -, not '.' or '..')"
+        )
+    return topic
+
+
+@functools.lru_cache(maxsize=64)
+def _topic_patterns(allowed: str) -> tuple[re.Pattern[str], ...]:
+    """The compiled fnmatch patterns of an allowed_topics setting (parsed once)."""
+    return tuple(
+        re.compile(fnmatch.translate(part.strip())) for part in allowed.split(",") if part.strip()
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def topic_allowed(allowed: str, topic: str) -> bool:
+    """Whether topic matches a pattern of the allowed_topics setting (empty: any)."""
+    if not allowed:
+        return True
+    return any(pattern.match(topic) for pattern in _topic_patterns(allowed))
+
+
+def check_allowed_topic(topic: str, settings: Settings) -> str:
+    """topic, if the allowed_topics setting lets producers schedule to it."""
+    if settings.allowed_topics and not topic_allowed(settings.allowed_topics, topic):
+        raise InvalidJob(
+            f"topic {topic!r} matches none of allowed_topics={settings.allowed_topics!r}"
         )
     return topic
 
@@ -174,7 +211,7 @@ def validate(
     now: int | None = None,
 ) -> ValidJob:
     """Check every argument of one job; raise InvalidJob naming the first bad one."""
-    topic = check_topic(topic)
+    topic = check_allowed_topic(check_topic(topic), settings)
     job_id = new_job_id() if job_id is None else check_job_id(job_id)
     biz_id = _check_text("biz_id", biz_id, BIZ_ID_MAX_CHARS)
     biz_type = _check_text("biz_type", biz_type, BIZ_TYPE_MAX_CHARS)
@@ -196,6 +233,16 @@ def validate(
     # the JSON has a null at all, which keeps the common case free).
     if b"null" in payload_json and _has_non_finite(payload):
         raise InvalidJob("payload contains NaN or Infinity, which JSON cannot represent")
+    if type(payload) not in _PLAIN_TYPES:
+        # An orjson.Fragment anywhere inside is written out unchecked, and could end the
+        # payload early and add fields to the fired record. Parsing the JSON once proves
+        # it is exactly one JSON value; a str, number, bool or None holds no Fragment.
+        try:
+            orjson.loads(payload_json)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidJob(
+                f"payload is not exactly one JSON value (an orjson.Fragment in it?): {exc}"
+            ) from None
     if len(payload_json) > settings.payload_max_bytes:
         raise InvalidJob(
             f"payload is {len(payload_json)} bytes as JSON, over payload_max_bytes="
@@ -210,6 +257,9 @@ def validate(
         max_attempts=max_attempts,
         payload_json=payload_json,
     )
+
+
+_PLAIN_TYPES = frozenset((str, int, float, bool, type(None)))
 
 
 def _has_non_finite(value: object) -> bool:

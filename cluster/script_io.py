@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cluster.contract import ChangeCode
 from cluster.envelope import make_tail
 
 if TYPE_CHECKING:
@@ -56,6 +57,19 @@ class RetryResult:
     dead: int
     earliest_due_ms: int  # NO_TIME when nothing was retried
     more: bool = False
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """What lua/cancel.lua did, and the tombstone it set (for lua/untomb.lua)."""
+
+    code: ChangeCode
+    tomb_ms: int  # the tombstone's score; NO_TIME when none was set
+    replaced_ms: int  # the unexpired score it replaced; NO_TIME when none
+
+
+def cancel_result(reply: list[Any]) -> CancelResult:
+    return CancelResult(ChangeCode(reply[0]), int(reply[1]), int(reply[2]))
 
 
 def move_result(reply: list[Any]) -> MoveResult:

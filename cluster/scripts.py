@@ -20,10 +20,12 @@ from cluster.contract import AddCode, ChangeCode, ErrorCode, ReplayCode, TakeCod
 from cluster.keys import KeySpace
 from cluster.redis_conn import RedisClient
 from cluster.script_io import (
+    CancelResult,
     Claimed,
     MoveResult,
     NewJob,
     RetryResult,
+    cancel_result,
     claimed_of,
     move_result,
     retry_result,
@@ -33,6 +35,7 @@ from cluster.script_io import (
 __all__ = [
     "ADD_CHUNK",
     "SCRIPT_NAMES",
+    "CancelResult",
     "Claimed",
     "Fenced",
     "MoveResult",
@@ -59,6 +62,7 @@ SCRIPT_NAMES = (
     "take",
     "dead_replay",
     "dead_purge",
+    "untomb",
 )
 
 # Redis Lua's unpack() and argument lists stay well below their limits with this.
@@ -399,10 +403,18 @@ class Scripts:
         k = self.keys.slot(slot)
         return int(await self._call("dead_purge", [k.dead, k.jobs, k.attempts], job_ids))
 
-    async def cancel(self, slot: int, job_id: str, tomb_ms: int) -> ChangeCode:
+    async def cancel(self, slot: int, job_id: str, tomb_ms: int) -> CancelResult:
+        """Cancel a job in Redis; on CHANGED and ABSENT a tombstone refuses its adds for
+        tomb_ms (see lua/cancel.lua)."""
         k = self.keys.slot(slot)
         keys = [k.delay, k.inflight, k.dead, k.jobs, k.attempts, k.tomb, k.acked]
-        return ChangeCode(await self._call("cancel", keys, [job_id, tomb_ms]))
+        return cancel_result(await self._call("cancel", keys, [job_id, tomb_ms]))
+
+    async def untomb(self, slot: int, job_id: str, cancelled: CancelResult) -> bool:
+        """Take back the tombstone of `cancelled` (lua/untomb.lua); False when it is no
+        longer that cancel's."""
+        args = [job_id, cancelled.tomb_ms, cancelled.replaced_ms]
+        return bool(await self._call("untomb", [self.keys.slot(slot).tomb], args) == 1)
 
     async def reschedule(self, slot: int, job_id: str, due_ms: int) -> tuple[ChangeCode, bool]:
         """A new due time for a job; returns (what happened, woke the owner)."""

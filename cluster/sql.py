@@ -164,18 +164,30 @@ def quoter(conn: Any) -> Callable[[str | None], str]:
 
 
 def multi_row(head: str, rows: Iterable[str], tail: str = "") -> Iterator[str]:
-    """Statements `head row,row,… tail` of at most ROWS_PER_STATEMENT rows and about
-    STATEMENT_BYTES each, built as they are consumed (see execute_overlapped)."""
+    """Statements `head row,row,… tail` of at most ROWS_PER_STATEMENT rows and at most
+    STATEMENT_BYTES bytes each (a single larger row makes a statement of its own), built
+    as they are consumed (see execute_overlapped).
+
+    Sizes are in UTF-8 bytes, as max_allowed_packet is: a row of 4-byte characters is
+    four times its length. str.isascii() is O(1) in CPython, so only rows that are not
+    ASCII are encoded to be measured."""
+    limit = STATEMENT_BYTES
+    fixed = _utf8_len(head) + _utf8_len(tail)
     values: list[str] = []
-    size = 0
+    size = fixed
     for row in rows:
-        values.append(row)
-        size += len(row)
-        if len(values) == ROWS_PER_STATEMENT or size >= STATEMENT_BYTES:
+        row_bytes = _utf8_len(row) + 1  # and its comma
+        if values and (len(values) == ROWS_PER_STATEMENT or size + row_bytes > limit):
             yield head + ",".join(values) + tail
-            values, size = [], 0
+            values, size = [], fixed
+        values.append(row)
+        size += row_bytes
     if values:
         yield head + ",".join(values) + tail
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 class DatetimeLiterals:

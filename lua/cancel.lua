@@ -4,13 +4,16 @@
 -- A job already in the ready list is cancelled by deleting its envelope: claim drops
 -- ready entries without one, so the list is never searched.
 -- ARGV[1] job id   ARGV[2] tombstone lifetime ms
--- Returns CHANGE_CHANGED (removed); CHANGE_ABSENT (not in Redis); CHANGE_IN_FLIGHT (being
--- published now: too late); CHANGE_DEAD; CHANGE_FIRED (its MySQL status may not be
--- recorded yet). On CHANGE_CHANGED and CHANGE_ABSENT a tombstone
--- (scored with its expiry time) refuses any add of the job for the lifetime given: a
--- schedule() whose Redis step is still on its way, or the reconciler re-adding a row it
--- read before the cancel. Past that, a job MySQL still calls pending (the caller's
--- cancel failed before MySQL recorded it) can be re-added and fire.
+-- Returns {code, tomb, before}. code: CHANGE_CHANGED (removed); CHANGE_ABSENT (not in
+-- Redis); CHANGE_IN_FLIGHT (being published now: too late); CHANGE_DEAD; CHANGE_FIRED
+-- (its MySQL status may not be recorded yet). On CHANGE_CHANGED and CHANGE_ABSENT a
+-- tombstone (scored with its expiry time) refuses any add of the job for the lifetime
+-- given: a schedule() whose Redis step is still on its way, or the reconciler re-adding
+-- a row it read before the cancel. Past that, a job MySQL still calls pending (the
+-- caller's cancel failed before MySQL recorded it) can be re-added and fire.
+-- tomb is the tombstone's score, made higher than any earlier one of the job so that it
+-- names this cancel's tombstone; before is the unexpired score it replaced. Both are
+-- NO_TIME when no tombstone was set. lua/untomb.lua takes them back.
 --@include contract
 --@include common
 
@@ -19,18 +22,19 @@ local delay, inflight, dead, jobs, attempts, tomb, acked =
 local id = ARGV[1]
 local now = now_ms()
 local v = redis.call('HGET', jobs, id)
-local expires = now + tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', tomb, '-inf', now)
+local before = tonumber(redis.call('ZSCORE', tomb, id) or NO_TIME)
+local expires = math.max(now + tonumber(ARGV[2]), before + 1)
 if not v then
-  if redis.call('ZSCORE', acked, id) then return CHANGE_FIRED end
+  if redis.call('ZSCORE', acked, id) then return {CHANGE_FIRED, NO_TIME, NO_TIME} end
   redis.call('ZADD', tomb, expires, id)
-  return CHANGE_ABSENT
+  return {CHANGE_ABSENT, expires, before}
 end
-if redis.call('ZSCORE', inflight, id) then return CHANGE_IN_FLIGHT end
-if redis.call('ZSCORE', dead, id) then return CHANGE_DEAD end
+if redis.call('ZSCORE', inflight, id) then return {CHANGE_IN_FLIGHT, NO_TIME, NO_TIME} end
+if redis.call('ZSCORE', dead, id) then return {CHANGE_DEAD, NO_TIME, NO_TIME} end
 local seq = parse_envelope(v)
 redis.call('ZREM', delay, member_of(seq, id))
 redis.call('HDEL', jobs, id)
 redis.call('HDEL', attempts, id)
 redis.call('ZADD', tomb, expires, id)
-return CHANGE_CHANGED
+return {CHANGE_CHANGED, expires, before}

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import uuid
 from typing import Any
 
 import orjson
 import pytest
 
-from cluster import DelayClient, InvalidJob, Job, JobStatus
+from cluster import DelayClient, InvalidJob, Job, JobStatus, sql
 from cluster.config import Settings
-from cluster.contract import member_id
-from cluster.jobs import now_ms
+from cluster.contract import AddCode, member_id
+from cluster.jobs import now_ms, validate_job
 from cluster.keys import slot_of
 from cluster.mysql_store import SchemaError
 from cluster.redis_conn import RedisClient
+from cluster.rows import Outcome
+from cluster.scripts import NewJob
 
 
 def new_id() -> str:
@@ -234,3 +237,215 @@ async def test_schedule_many_over_several_statements_is_all_or_nothing(
     # With the table back, the same call schedules every job.
     assert await client.schedule_many(jobs) == ids
     assert len(await client.mysql.get_many(ids)) == 5000
+
+
+# ----- the hardening issue's input defects ----------------------------------------------
+
+
+async def snapshot(client: DelayClient, redis: RedisClient) -> dict[str, Any]:
+    """Every Redis key of the cluster with its contents, and every job row."""
+    keys: dict[str, Any] = {}
+    for key in sorted(await redis.keys(f"{{{client.settings.key_prefix}:*")):
+        kind = await redis.type(key)
+        if kind == b"zset":
+            keys[key] = await redis.zrange(key, 0, -1, withscores=True)
+        elif kind == b"hash":
+            keys[key] = await redis.hgetall(key)
+        elif kind == b"list":
+            keys[key] = await redis.lrange(key, 0, -1)
+        else:
+            keys[key] = await redis.get(key)
+    rows = []
+    async with client.mysql.pool.acquire() as conn, conn.cursor() as cur:
+        for shard in client.mysql.all_shards():
+            table, history = client.mysql.shard_tables(shard)
+            await cur.execute(f"SELECT job_id, status, action_time, attempts FROM {table}")
+            rows += sorted(await cur.fetchall())
+            await cur.execute(f"SELECT job_id, status, note FROM {history} ORDER BY id")
+            rows += list(await cur.fetchall())
+    return {"redis": keys, "mysql": rows}
+
+
+async def test_an_id_with_a_trailing_space_is_refused_everywhere(
+    client: DelayClient, redis: RedisClient
+) -> None:
+    """'X ' and 'X' are one row to MySQL's PAD SPACE collation but two jobs to Redis,
+    slots and Kafka: every call that takes an id refuses 'X ' and changes nothing."""
+    job_id = new_id()
+    await client.schedule("t", {"v": 1}, delay=60, job_id=job_id)
+    before = await snapshot(client, redis)
+    spaced = job_id + " "
+    calls: list[Any] = [
+        client.schedule("t", 1, delay=1, job_id=spaced),
+        client.schedule("t", 1, delay=1, job_id=job_id + "   "),
+        client.schedule_many([Job("t", 1, delay=1, job_id=spaced)]),
+        client.schedule_many([{"topic": "t", "payload": 1, "delay": 1, "job_id": spaced}]),
+        client.cancel(spaced),
+        client.reschedule(spaced, delay=1),
+        client.get(spaced),
+        client.dead_job(spaced),
+        client.replay_dead([spaced]),
+        client.purge_dead([job_id, spaced]),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidJob, match="job_id must not end with a space"):
+            await call
+    assert await snapshot(client, redis) == before
+    record = await client.get(job_id)
+    assert record is not None and record.status == JobStatus.PENDING
+
+
+def same_shard_ids(client: DelayClient, *variants: str) -> list[str]:
+    """Ids `variant + suffix`, one suffix for all, that share one MySQL table: ids a
+    PAD SPACE, case- or accent-insensitive collation would take for one another."""
+    # CRC32 is linear: ids of one length that differ at the same distance from their end
+    # keep their shard relation whatever else changes, so the suffix length varies.
+    for length in itertools.count(1):
+        suffix = "-" * length + uuid.uuid4().hex
+        ids = [variant + suffix for variant in variants]
+        if len({client.mysql.tables_of(job_id) for job_id in ids}) == 1:
+            return ids
+    raise AssertionError("unreachable")
+
+
+async def test_every_statement_on_job_id_touches_only_its_own_row(client: DelayClient) -> None:
+    # Case, accent, a trailing no-break space (not padded), a decomposed accent, ß/ss.
+    ids = same_shard_ids(client, "Job-", "job-", "jöb-", "jo\u0308b-", "JOB-")
+    ids.append(same_shard_ids(client, "ß-", "ss-")[0])
+    ids.append(ids[1] + "\u00a0")
+    base = now_ms() + 3_600_000  # beyond the horizon: MySQL alone
+    for i, job_id in enumerate(ids):
+        await client.schedule("t", {"i": i}, at=(base + i * 1000) / 1000, job_id=job_id)
+    rows = await client.mysql.get_many(ids)
+    assert {job_id: row.payload_json for job_id, row in rows.items()} == {
+        job_id: f'{{"i":{i}}}' for i, job_id in enumerate(ids)
+    }
+
+    async def states() -> dict[str, tuple[JobStatus, int, int]]:
+        found = await client.mysql.get_many(ids)
+        return {job_id: (r.status, r.due_ms, r.attempts) for job_id, r in found.items()}
+
+    expected = {job_id: (JobStatus.PENDING, base + i * 1000, 0) for i, job_id in enumerate(ids)}
+    assert await states() == expected
+    slot = 0
+    assert await client.mysql.set_status(
+        ids[0], JobStatus.CANCELLED, slot, from_statuses=(int(JobStatus.PENDING),)
+    )
+    expected[ids[0]] = (JobStatus.CANCELLED, base, 0)
+    assert await states() == expected
+    assert await client.mysql.set_due(ids[1], base + 99_000, slot)
+    expected[ids[1]] = (JobStatus.PENDING, base + 99_000, 0)
+    assert await states() == expected
+    at = now_ms()
+    await client.mysql.record_outcomes([Outcome(ids[2], JobStatus.FIRED, 1, at, "", slot)])
+    expected[ids[2]] = (JobStatus.FIRED, base + 2000, 1)
+    assert await states() == expected
+    await client.mysql.record_outcomes([Outcome(ids[3], JobStatus.FIRING, 1, at, "boom", slot)])
+    expected[ids[3]] = (JobStatus.FIRING, base + 3000, 1)
+    assert await states() == expected
+    await client.mysql.record_outcomes([Outcome(ids[4], JobStatus.DEAD, 2, at, "gone", slot)])
+    expected[ids[4]] = (JobStatus.DEAD, base + 4000, 2)
+    assert await states() == expected
+    notes = {job_id: [h["note"] for h in await client.mysql.history(job_id)] for job_id in ids}
+    assert notes == {
+        ids[0]: [None],
+        ids[1]: ["rescheduled"],
+        ids[2]: [None],
+        ids[3]: ["boom"],
+        ids[4]: ["gone"],
+        ids[5]: [],
+        ids[6]: [],
+    }
+
+
+async def test_cancel_of_a_never_scheduled_id_does_not_block_its_schedule(
+    client: DelayClient, redis: RedisClient
+) -> None:
+    job_id = new_id()
+    assert await client.cancel(job_id) is False
+    await client.schedule("t", 1, delay=1, job_id=job_id)
+    record = await client.get(job_id)
+    assert record is not None and record.status == JobStatus.PENDING
+    assert await delay_scores(client, redis, job_id) == [record.due_ms]
+
+
+async def test_cancel_of_a_fired_row_does_not_block_its_replay(
+    client: DelayClient, redis: RedisClient
+) -> None:
+    """A dead job Redis no longer holds: cancel says False, and a replay from MySQL
+    right after puts it back in Redis (no tombstone left to refuse it)."""
+    job_id = await client.schedule("t", 1, delay=60)
+    slot = slot_of(job_id, client.settings.slots)
+    assert await client.mysql.set_status(
+        job_id, JobStatus.DEAD, slot, from_statuses=(int(JobStatus.PENDING),)
+    )
+    keys = client.keys.slot(slot)
+    await redis.delete(keys.delay, keys.jobs)
+    assert await client.cancel(job_id) is False
+    assert await client.replay_dead([job_id]) == 1
+    record = await client.get(job_id)
+    assert record is not None and record.status == JobStatus.PENDING
+    assert await delay_scores(client, redis, job_id) == [record.due_ms]
+
+
+async def test_a_schedule_committed_before_a_cancel_stays_cancelled(
+    client: DelayClient, redis: RedisClient
+) -> None:
+    """The race the tombstone guards: the row is committed, the cancel runs, then the
+    schedule's Redis add arrives. The add is refused and the job never fires."""
+    valid = [validate_job(Job("t", 1, delay=1, job_id=new_id()), client.settings, now_ms())]
+    slots = [slot_of(valid[0].job_id, client.settings.slots)]
+    await client.mysql.insert_jobs(valid, slots)  # the schedule's MySQL step
+    assert await client.cancel(valid[0].job_id) is True
+    _, [code] = await client.scripts.add(
+        slots[0], [NewJob(valid[0].job_id, valid[0].due_ms, 16, valid[0].tail)]
+    )
+    assert code == AddCode.REFUSED
+    assert await delay_scores(client, redis, valid[0].job_id) == []
+
+
+async def test_allowed_topics_refuses_other_topics_and_changes_nothing(
+    settings: Settings, redis: RedisClient
+) -> None:
+    async with DelayClient(settings.replace(allowed_topics="orders.*")) as client:
+        assert await client.schedule("orders.close", 1, delay=60)
+        before = await snapshot(client, redis)
+        with pytest.raises(InvalidJob, match="allowed_topics"):
+            await client.schedule("payments", 1, delay=1)
+        with pytest.raises(InvalidJob, match=r"job 1: topic 'payments'.*allowed_topics"):
+            await client.schedule_many([Job("orders.a", 1, delay=1), Job("payments", 1, delay=1)])
+        with pytest.raises(InvalidJob, match="allowed_topics"):
+            await client.replay_dead(topic="payments")
+        assert await snapshot(client, redis) == before
+
+
+async def test_statements_of_multibyte_payloads_stay_under_statement_bytes(
+    client: DelayClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The statement size limit counts bytes: payloads of 4-byte characters whose
+    character count fits one statement are split over several, each under the limit."""
+    sizes: list[int] = []
+    execute = sql.execute_overlapped
+
+    async def recording(cur: Any, statements: Any) -> None:
+        def each() -> Any:
+            for statement in statements:
+                sizes.append(len(statement.encode()))
+                yield statement
+
+        await execute(cur, each())
+
+    monkeypatch.setattr(sql, "execute_overlapped", recording)
+    payload = "\U0001f600" * 16_000  # 16,000 characters, 64,000 bytes as UTF-8
+    # One shard, so that one statement would hold them all.
+    table = client.mysql.tables_of("first")
+    ids = [
+        job_id
+        for job_id in (new_id() for _ in range(2000))
+        if client.mysql.tables_of(job_id) == table
+    ][:100]
+    jobs = [Job("t", payload, delay=3600, job_id=job_id) for job_id in ids]
+    assert len(payload) * len(jobs) < sql.STATEMENT_BYTES < len(payload.encode()) * len(jobs)
+    assert await client.schedule_many(jobs) == ids
+    assert len(sizes) > 1 and max(sizes) <= sql.STATEMENT_BYTES
+    assert sorted(await client.mysql.get_many(ids)) == sorted(ids)

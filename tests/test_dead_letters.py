@@ -36,9 +36,12 @@ async def make_dead(client: DelayClient, scripts: Scripts, topic: str, count: in
 async def test_poison_job_goes_dead_with_its_error_and_others_fire(
     settings: Settings, topic: str, collector: Collector
 ) -> None:
-    settings = settings.replace(kafka_max_batch_bytes=50_000, retry_backoff_ms=50)
+    # The producer accepts 64 KiB payloads; the node's broker records are smaller.
+    node_settings = settings.replace(
+        kafka_max_batch_bytes=50_000, payload_max_bytes=40_000, retry_backoff_ms=50
+    )
     async with DelayClient(settings) as client:
-        node = Node(settings)
+        node = Node(node_settings)
         await node.start()
         try:
             # Larger than the producer may send: publishing it always fails.
@@ -153,9 +156,40 @@ def test_dead_cli(settings: Settings) -> None:
     assert cli("list").stdout == ""
     refused = cli("replay")
     assert refused.returncode == 2 and "exactly one of" in refused.stderr
-    assert cli("purge", "--all").stdout.strip() == "purged 0 dead job(s)"
+    nothing = cli("purge", "--all")
+    assert nothing.returncode == 0
+    assert nothing.stdout.strip() == "0 dead job(s) to purge (every dead job(s))"
     assert cli("show", "nobody").returncode == 1
 
 
 def test_dead_job_is_one_class_wherever_it_is_imported_from() -> None:
     assert cluster.DeadJob is cluster.client.DeadJob is cluster.dead_letters.DeadJob
+
+
+async def test_a_node_never_publishes_to_a_topic_outside_allowed_topics(
+    settings: Settings, topic: str, collector: Collector
+) -> None:
+    """The producer's settings allow the topic, the node's do not: the node never
+    publishes the job, which goes dead with an error naming allowed_topics."""
+    node_settings = settings.replace(allowed_topics="only.this.*", retry_backoff_ms=50)
+    async with DelayClient(settings) as client:
+        node = Node(node_settings)
+        await node.start()
+        try:
+            job_id = await client.schedule(topic, "never", delay=0, max_attempts=2)
+
+            async def dead_recorded() -> bool:
+                row = await client.get(job_id)
+                return row is not None and row.status == JobStatus.DEAD
+
+            assert await wait_for(dead_recorded, timeout_s=30)
+        finally:
+            await node.stop()
+        assert collector.records == []
+        assert await collector.reread() == 0  # the topic holds no record at all
+        [dead] = await client.dead_letters()
+        assert (dead.job_id, dead.attempts) == (job_id, 2)
+        assert dead.last_error is not None
+        assert "TopicNotAllowed" in dead.last_error and "allowed_topics" in dead.last_error
+        history = await client.mysql.history(job_id)
+        assert [h["status"] for h in history] == [JobStatus.FIRING, JobStatus.DEAD]

@@ -145,3 +145,15 @@ async def test_jobs_in_flight_on_a_dead_node_are_retried(
     ]
     record = await client.get(ids[0])
     assert record is not None and (record.status, record.attempts) == (JobStatus.FIRED, 2)
+
+
+async def test_a_cancel_of_a_never_scheduled_id_does_not_delay_its_schedule(
+    client: DelayClient, node: Node, topic: str, collector: Collector
+) -> None:
+    """The cancel's tombstone used to refuse the schedule's Redis add: the job fired
+    marker_retention_ms late, or at the next full reconcile pass."""
+    job_id = f"never-{uuid.uuid4().hex}"
+    assert await client.cancel(job_id) is False
+    assert await client.schedule(topic, "on time", delay=1, job_id=job_id) == job_id
+    [record] = await collector.until(1, timeout_s=30)
+    assert record["job_id"] == job_id

@@ -392,7 +392,8 @@ async def test_poison_jobs_go_dead_and_the_rest_fire(
         collector,
         tmp_path,
         fault,
-        node_env={"DELAYQ_KAFKA_MAX_BATCH_BYTES": "20000"},
+        # Payloads over the nodes' record limit, which producers (default limits) accept.
+        node_env={"DELAYQ_KAFKA_MAX_BATCH_BYTES": "20000", "DELAYQ_PAYLOAD_MAX_BYTES": "15000"},
         extra=poison,
     )
     assert_safe(result, ledger)

@@ -104,7 +104,7 @@ async def test_add_wakes_only_when_earliest_moves_earlier(
 async def test_add_refuses_a_tombstoned_or_just_fired_job(
     scripts: Scripts, redis: RedisClient, k: KeySpace
 ) -> None:
-    assert await scripts.cancel(SLOT, "gone", HOUR_MS) == ChangeCode.ABSENT  # a tombstone
+    assert (await scripts.cancel(SLOT, "gone", HOUR_MS)).code == ChangeCode.ABSENT  # a tombstone
     await redis.zadd(k.slot(SLOT).acked, {"fired": float("inf")})
     _, statuses = await scripts.add(SLOT, [job("gone", now_ms()), job("fired", now_ms())])
     assert statuses == [AddCode.REFUSED, AddCode.REFUSED]
@@ -116,10 +116,43 @@ async def test_an_expired_tombstone_no_longer_refuses(
 ) -> None:
     """A cancel whose MySQL step failed leaves the job pending in MySQL: once its
     tombstone expires, the reconciler can add it again."""
-    assert await scripts.cancel(SLOT, "a", 1) == ChangeCode.ABSENT
+    assert (await scripts.cancel(SLOT, "a", 1)).code == ChangeCode.ABSENT
     await asyncio.sleep(0.01)
     _, statuses = await scripts.add(SLOT, [job("a", now_ms())])
     assert statuses == [AddCode.ADDED]
+
+
+async def test_untomb_takes_back_only_its_own_cancels_tombstone(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    tomb = k.slot(SLOT).tomb
+    first = await scripts.cancel(SLOT, "a", HOUR_MS)
+    assert first.code == ChangeCode.ABSENT and first.replaced_ms == NO_TIME
+    assert await redis.zscore(tomb, "a") == first.tomb_ms
+    # A second cancel replaces it with a higher score, naming its own tombstone.
+    second = await scripts.cancel(SLOT, "a", HOUR_MS)
+    assert second.tomb_ms > first.tomb_ms and second.replaced_ms == first.tomb_ms
+    assert await scripts.untomb(SLOT, "a", first) is False  # no longer the first's
+    assert await redis.zscore(tomb, "a") == second.tomb_ms
+    assert await scripts.untomb(SLOT, "a", second) is True  # the first's comes back
+    assert await redis.zscore(tomb, "a") == first.tomb_ms
+    _, statuses = await scripts.add(SLOT, [job("a", now_ms())])
+    assert statuses == [AddCode.REFUSED]
+    assert await scripts.untomb(SLOT, "a", first) is True  # none left to restore
+    assert await redis.zscore(tomb, "a") is None
+    _, statuses = await scripts.add(SLOT, [job("a", now_ms())])
+    assert statuses == [AddCode.ADDED]
+
+
+async def test_untomb_does_not_restore_an_expired_tombstone(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    old = await scripts.cancel(SLOT, "a", 1)
+    await asyncio.sleep(0.01)  # the first tombstone expires (its score is its expiry)
+    mine = await scripts.cancel(SLOT, "a", HOUR_MS)
+    assert mine.replaced_ms == NO_TIME and old.tomb_ms < mine.tomb_ms
+    assert await scripts.untomb(SLOT, "a", mine) is True
+    assert await redis.zscore(k.slot(SLOT).tomb, "a") is None
 
 
 async def test_add_in_chunks(scripts: Scripts, redis: RedisClient, k: KeySpace) -> None:
@@ -279,17 +312,17 @@ async def test_cancel_in_each_state(scripts: Scripts, redis: RedisClient, k: Key
     )
     await scripts.move(SLOT, 0, 100)
     await scripts.claim(SLOT, 0, 1, HOUR_MS)  # "flying", the earliest
-    assert await scripts.cancel(SLOT, "waiting", HOUR_MS) == ChangeCode.CHANGED
-    assert await scripts.cancel(SLOT, "ready", HOUR_MS) == ChangeCode.CHANGED
-    assert await scripts.cancel(SLOT, "flying", HOUR_MS) == ChangeCode.IN_FLIGHT
-    assert await scripts.cancel(SLOT, "nobody", HOUR_MS) == ChangeCode.ABSENT
+    assert (await scripts.cancel(SLOT, "waiting", HOUR_MS)).code == ChangeCode.CHANGED
+    assert (await scripts.cancel(SLOT, "ready", HOUR_MS)).code == ChangeCode.CHANGED
+    assert (await scripts.cancel(SLOT, "flying", HOUR_MS)).code == ChangeCode.IN_FLIGHT
+    assert (await scripts.cancel(SLOT, "nobody", HOUR_MS)).code == ChangeCode.ABSENT
     assert await redis.zcard(s.delay) == 0
     assert await redis.hkeys(s.jobs) == [b"flying"]
     # The cancelled ready job's entry is stale: claim drops it.
     assert (await scripts.claim(SLOT, 0, 10, HOUR_MS))[1] == []
     assert await ready_ids(redis, k) == []
     await redis.zadd(s.acked, {"done": float("inf")})
-    assert await scripts.cancel(SLOT, "done", HOUR_MS) == ChangeCode.FIRED
+    assert (await scripts.cancel(SLOT, "done", HOUR_MS)).code == ChangeCode.FIRED
 
 
 async def test_cancel_of_dead_job_is_refused(
@@ -299,7 +332,7 @@ async def test_cancel_of_dead_job_is_refused(
     await scripts.move(SLOT, 0, 10)
     await scripts.claim(SLOT, 0, 10, 30_000)
     await scripts.nack(SLOT, 0, [b"a"], "bad", 1000, 60_000)
-    assert await scripts.cancel(SLOT, "a", HOUR_MS) == ChangeCode.DEAD
+    assert (await scripts.cancel(SLOT, "a", HOUR_MS)).code == ChangeCode.DEAD
 
 
 async def test_reschedule_moves_due_time_and_wakes(
@@ -469,4 +502,4 @@ async def test_scripts_are_reloaded_after_redis_forgets_them(
     await redis.script_flush()  # as after a Redis restart
     assert (await scripts.move_many([(SLOT, 0)], 10))[0].moved == 1  # type: ignore[union-attr]
     await redis.script_flush()
-    assert await scripts.cancel(SLOT, "a", 60_000) == ChangeCode.CHANGED
+    assert (await scripts.cancel(SLOT, "a", 60_000)).code == ChangeCode.CHANGED

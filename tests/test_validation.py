@@ -166,3 +166,107 @@ def test_schedule_many_entries() -> None:
         validate_job({"topic": "t", "delay": 1}, SETTINGS, NOW)
     with pytest.raises(InvalidJob, match="Job or a mapping"):
         validate_job(["t", 1], SETTINGS, NOW)  # type: ignore[arg-type]
+
+
+# ----- the hardening issue's input defects ----------------------------------------------
+
+
+@pytest.mark.parametrize("job_id", ["X ", "X   ", " ", "订单 "])
+def test_job_id_ending_with_a_space_is_refused(job_id: str) -> None:
+    # MySQL's PAD SPACE collation would make 'X ' the same row as 'X' (README).
+    with pytest.raises(InvalidJob, match="job_id must not end with a space"):
+        check(job_id=job_id)
+
+
+def test_inner_and_leading_spaces_are_accepted() -> None:
+    assert check(job_id=" a b").job_id == " a b"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        orjson.Fragment(b'1,"job_id":"spoof"'),  # would add a field to the fired record
+        orjson.Fragment(b""),
+        orjson.Fragment(b"{"),
+        orjson.Fragment(b"1 2"),
+        orjson.Fragment(b"nul"),
+        {"a": orjson.Fragment(b'1},"job_id":"spoof","p":{"b":2')},  # breaks out of its dict
+        {"a": orjson.Fragment(b"{")},
+        [1, {"deep": [orjson.Fragment(b"1]]")]}],
+    ],
+)
+def test_fragment_payloads_that_are_not_one_json_value_are_refused(payload: object) -> None:
+    with pytest.raises(InvalidJob, match="payload is not exactly one JSON value"):
+        check(payload=payload)
+
+
+def test_fragment_payload_that_is_one_json_value_is_kept() -> None:
+    job = check(payload={"a": orjson.Fragment(b'{"b":[1,2]}')})
+    assert job.payload_json == b'{"a":{"b":[1,2]}}'  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("topic", ["orders\n", "x" * 249 + "\n", "a\n"])
+def test_topic_with_a_final_newline_is_refused(topic: str) -> None:
+    with pytest.raises(InvalidJob, match="topic"):
+        check(topic=topic)
+
+
+CONTROLS = [
+    "\x80",
+    "\x85",
+    "\x9b",
+    "\x9f",
+    "\x7f",
+    "\u200e",
+    "\u200f",
+    "\u202a",
+    "\u202e",
+    "\u2066",
+    "\u2069",
+    "\u061c",
+]
+
+
+@pytest.mark.parametrize("field", ["job_id", "biz_id", "biz_type"])
+@pytest.mark.parametrize("char", CONTROLS)
+def test_c1_and_bidi_controls_are_refused(field: str, char: str) -> None:
+    with pytest.raises(InvalidJob, match=f"{field} must not contain control characters"):
+        check(**{field: f"a{char}b"})
+
+
+def test_printable_unicode_next_to_controls_is_accepted() -> None:
+    check(job_id="é-ß-Ａ-\u00a0x", biz_id="日本語", biz_type="ø")
+
+
+def test_allowed_topics_refuses_a_topic_matching_no_pattern() -> None:
+    settings = SETTINGS.replace(allowed_topics="orders.*, reminders")
+    for topic in ("orders.close", "reminders"):
+        validate(settings=settings, now=NOW, **ok(topic=topic))
+    for topic in ("payments", "orders", "reminders.x"):
+        with pytest.raises(InvalidJob, match="allowed_topics"):
+            validate(settings=settings, now=NOW, **ok(topic=topic))
+    with pytest.raises(InvalidJob, match=r"topic 'payments' matches none of allowed_topics"):
+        validate_job({"topic": "payments", "payload": 1, "delay": 1}, settings, NOW)
+
+
+def test_allowed_topics_empty_allows_any_valid_topic() -> None:
+    assert SETTINGS.allowed_topics == ""
+    check(topic="anything.at-all")
+
+
+def test_payload_max_bytes_must_fit_a_record_of_kafka_max_batch_bytes() -> None:
+    from cluster.config import RECORD_OVERHEAD_BYTES, ConfigError
+
+    Settings(kafka_max_batch_bytes=100_000, payload_max_bytes=100_000 - RECORD_OVERHEAD_BYTES)
+    with pytest.raises(ConfigError, match=r"payload_max_bytes .* kafka_max_batch_bytes"):
+        Settings(kafka_max_batch_bytes=100_000, payload_max_bytes=100_000)
+    with pytest.raises(ConfigError, match="payload_max_bytes"):
+        Settings(payload_max_bytes=2 << 20)  # over the default 1 MiB record
+
+
+@pytest.mark.parametrize("allowed", [",", "orders.*,,x", " , "])
+def test_allowed_topics_with_an_empty_pattern_is_refused(allowed: str) -> None:
+    from cluster.config import ConfigError
+
+    with pytest.raises(ConfigError, match="allowed_topics"):
+        Settings(allowed_topics=allowed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 from urllib.parse import urlparse
 
 import pytest
@@ -110,6 +111,11 @@ async def test_redis_identity_is_stable_while_redis_runs(redis: RedisClient) -> 
     assert await redis_identity(redis) == first
 
 
+@pytest.mark.skipif(
+    os.environ.get("DELAYQ_TEST_REDIS_CLUSTER") == "1",
+    reason="a forwarder in front of one seed node cannot cut off a Redis Cluster client, "
+    "which connects to every node it discovers",
+)
 async def test_jobs_lost_while_the_node_was_cut_off_from_redis_fire_within_seconds(
     settings: Settings,
     client: DelayClient,

@@ -66,7 +66,7 @@ from actors.ownership import Ownership
 from actors.queues import SlotQueue
 from cluster.config import Settings
 from cluster.contract import WAITING_STATUSES, AddCode, JobStatus
-from cluster.mysql_store import MySQLStore, ms_to_datetime
+from cluster.mysql_store import JobRecord, MySQLStore, ms_to_datetime
 from cluster.redis_conn import RedisClient
 from cluster.scripts import NewJob, Scripts
 
@@ -118,14 +118,9 @@ async def reconcile(
                 rows = await mysql.pending_page(shard, status, cursor, wanted, PAGE, before)
                 if not rows:
                     break
-                by_slot: dict[int, list[NewJob]] = defaultdict(list)
-                for row in rows:
-                    by_slot[row.slot].append(NewJob.from_record(row))
                 if time.monotonic() - started > budget_s:
                     continue  # too slow to be safe against markers expiring: read it again
-                for _, statuses in (await scripts.add_many(by_slot)).values():
-                    result.readded += statuses.count(AddCode.ADDED)
-                    result.refused += statuses.count(AddCode.REFUSED)
+                await _add_records(scripts, rows, result)
                 result.examined += len(rows)
                 last = rows[-1]
                 cursor = (
@@ -167,15 +162,25 @@ async def reconcile_recent(
                 )
                 if time.monotonic() - started <= budget_s:
                     break  # else too slow to be safe against markers expiring: read again
-            by_slot: dict[int, list[NewJob]] = defaultdict(list)
-            for row in rows:  # its status may have changed since the page was read
-                if row.status in WAITING_STATUSES and row.due_ms < until_ms:
-                    by_slot[row.slot].append(NewJob.from_record(row))
-            if by_slot:
-                for _, statuses in (await scripts.add_many(by_slot)).values():
-                    result.readded += statuses.count(AddCode.ADDED)
-                    result.refused += statuses.count(AddCode.REFUSED)
+            # A row's status may have changed since the page was read.
+            waiting = [r for r in rows if r.status in WAITING_STATUSES and r.due_ms < until_ms]
+            await _add_records(scripts, waiting, result)
     return result
+
+
+async def _add_records(
+    scripts: Scripts, rows: Iterable[JobRecord], result: ReconcileResult
+) -> None:
+    """Run the add script on these MySQL rows (one pipelined round trip for all their
+    slots) and count what it added and refused into result."""
+    by_slot: dict[int, list[NewJob]] = defaultdict(list)
+    for row in rows:
+        by_slot[row.slot].append(NewJob.from_record(row))
+    if not by_slot:
+        return
+    for _, statuses in (await scripts.add_many(by_slot)).values():
+        result.readded += statuses.count(AddCode.ADDED)
+        result.refused += statuses.count(AddCode.REFUSED)
 
 
 async def _absent(scripts: Scripts, page: list[tuple[dt.datetime, str, int]]) -> list[str]:

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from cluster.config import Settings
+from devstack.service import file_tail
 
 _POLL_S = 0.05
 
@@ -177,11 +178,7 @@ class NodeProcess:
 
     def log_tail(self, lines: int = 20) -> str:
         """The last lines of the node's log, for an error message; "" if there are none."""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        tail = text.splitlines()[-lines:]
+        tail = file_tail(self.log_path, lines)
         if not tail:
             return ""
         return f"; last lines of {self.log_path}:\n" + "\n".join(f"    {t}" for t in tail)

@@ -134,13 +134,17 @@ def tcp_exchange(
         return reply
 
 
+def file_tail(path: Path, lines: int) -> list[str]:
+    """The last lines of a log file; none if it cannot be read."""
+    try:
+        return path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return []
+
+
 def log_tail(svc: Service, lines: int = 15) -> str:
     """The last lines of the service's log, indented for an error message; "" if none."""
-    try:
-        text = svc.log_file.read_text(errors="replace")
-    except OSError:
-        return ""
-    tail = text.splitlines()[-lines:]
+    tail = file_tail(svc.log_file, lines)
     if not tail:
         return ""
     return "\n  last lines of the log:\n" + "\n".join(f"    {line}" for line in tail)

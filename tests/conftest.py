@@ -164,6 +164,7 @@ class Collector:
     """
 
     REREAD_EVERY_S = 2.0
+    REREAD_LIMIT_S = 30.0  # a re-read gives up reaching the end offsets after this
 
     def __init__(self, settings: Settings, topic: str) -> None:
         self.settings = settings  # its Kafka connection and security settings
@@ -204,7 +205,15 @@ class Collector:
             await start_client(consumer, self.settings)
             consumer.assign(self.partitions)
             await consumer.seek_to_beginning(*self.partitions)
-            while batch := await consumer.getmany(timeout_ms=500):
+            # Up to the end offsets the broker reports, not until the first empty fetch:
+            # a fresh consumer's first fetches can come back empty on a busy machine.
+            ends = await consumer.end_offsets(self.partitions)
+            deadline = time.monotonic() + self.REREAD_LIMIT_S
+            while time.monotonic() < deadline:
+                positions = [await consumer.position(tp) for tp in self.partitions]
+                if all(at >= ends[tp] for at, tp in zip(positions, self.partitions, strict=True)):
+                    break
+                batch = await consumer.getmany(timeout_ms=500)
                 added += self._add(batch, time.time() * 1000)
         finally:
             await consumer.stop()

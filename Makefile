@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install services migrate lint format contract test test-fast faults demo bench benchmarks compare clean
+.PHONY: install services migrate lint format contract test test-fast faults failover demo bench benchmarks compare clean
 
 install: $(VENV)/.installed
 
@@ -41,22 +41,30 @@ contract: install
 	  > lua/includes/contract.lua
 
 # The whole suite against the real local stack, which the tests start themselves:
-# once with a single Redis (fault suite included), once with a three-master Redis Cluster,
-# then client, node and cluster tests against the secure stack (TLS and passwords
-# everywhere, `delayq services up --secure`; docs/security.md).
+# once with a single Redis (fault suite included), once with a three-master Redis Cluster
+# with a replica per master (writes that back a promise wait for the replica, and the
+# failover scenarios of tests/test_failover.py run), then client, node and cluster tests
+# against the secure stack (TLS and passwords everywhere, `delayq services up --secure`;
+# docs/security.md).
 SECURE_TESTS := tests/test_security.py tests/test_client.py tests/test_lua_scripts.py \
   tests/test_end_to_end.py tests/test_cluster.py
 # 1: every store of the secure stack; "stores": only its Redis and MySQL.
 SECURE_MODE ?= 1
 test: lint
 	$(BIN)/pytest -q -p no:cacheprovider
-	DELAYQ_TEST_REDIS_CLUSTER=1 $(BIN)/pytest -q -p no:cacheprovider -m "not faults"
+	DELAYQ_TEST_REDIS_CLUSTER=1 DELAYQ_TEST_REDIS_REPLICAS=1 $(BIN)/pytest -q -p no:cacheprovider \
+	  -m "not faults"
 	DELAYQ_TEST_SECURE=$(SECURE_MODE) $(BIN)/pytest -q -p no:cacheprovider -m "not faults" \
 	  $(SECURE_TESTS)
 
 # The fault suite alone, printing each scenario's counts (see docs/guarantees.md).
 faults: install
 	$(BIN)/pytest -q -s -p no:cacheprovider -m faults
+
+# The Redis Cluster failover scenarios alone, against the cluster with replicas.
+failover: install
+	DELAYQ_TEST_REDIS_CLUSTER=1 DELAYQ_TEST_REDIS_REPLICAS=1 $(BIN)/pytest -q -s \
+	  -p no:cacheprovider -m failover
 
 # The suite without the node-process (kill/restart) tests.
 test-fast: install

@@ -30,11 +30,15 @@ from cluster.config import Settings
 from cluster.contract import NO_TIME
 from cluster.envelope import Fire, fire_of
 from cluster.jobs import topic_allowed
-from cluster.scripts import Fenced, Scripts
+from cluster.scripts import Fenced, NotReplicated, Scripts, SlotFailed
 
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_ERROR_S = 0.2
+# Acks that failed (their Redis node failing over) are tried again after these pauses,
+# about as long as a Redis Cluster failover takes, before the jobs are left in flight
+# for the reaper (which fires them again: a duplicate).
+ACK_RETRY_PAUSES_S = (0.1, 0.25, 0.5, 1.0, 1.0, 2.0, 2.0, 3.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,7 @@ class Dispatcher(Actor):
         self.inbox = inbox
         self.fired_total = 0
         self.failed_total = 0
+        self.unreplicated_acks = 0
         # Claims older than this are not published (see _claim_and_send).
         self.lease_ms = settings.zk_session_timeout_ms / 2
         self._rounds_in_flight: Counter[int] = Counter()
@@ -116,7 +121,7 @@ class Dispatcher(Actor):
                     ]
                     sent, more = await self._claim_and_send(still) if still else ({}, [])
                 except Exception as exc:
-                    log.warning("claiming from %d slot(s) failed: %s", len(held), exc)
+                    self.warn("claiming from %d slot(s) failed: %s", len(held), exc)
                     self._round_finished(held, in_flight)
                     await self.sleep(RETRY_AFTER_ERROR_S)
                     more = [slot for slot, _ in held]
@@ -139,7 +144,7 @@ class Dispatcher(Actor):
         publisher. Returns what was sent by slot, and the slots that may hold more."""
         s = self.settings
         claims = await self.scripts.claim_many(held, s.claim_batch, s.inflight_timeout_ms)
-        if any(claim and claim[1] for claim in claims):
+        if any(isinstance(claim, tuple) and claim[1] for claim in claims):
             failpoints.hit("after-claim")
         fires: list[Fire] = []
         owners: list[tuple[int, bytes]] = []
@@ -147,9 +152,15 @@ class Dispatcher(Actor):
         # Jobs whose topic allowed_topics does not cover (a producer with other settings
         # wrote them): never published, they fail each attempt and go dead.
         refused: dict[tuple[int, int], dict[bytes, str]] = defaultdict(dict)
+        failed: list[SlotFailed] = []
         for (slot, epoch), claim in zip(held, claims, strict=True):
             if claim is None:
                 self.ownership.lost(slot, epoch)
+                continue
+            if isinstance(claim, SlotFailed):
+                # Only this slot's Redis node is in trouble: the others' claims go on.
+                failed.append(claim)
+                self.scanner.retry_later(slot, int(RETRY_AFTER_ERROR_S * 1000))
                 continue
             now_ms, claimed = claim
             age_ms = self.scanner.redis_now_ms() - now_ms
@@ -175,6 +186,14 @@ class Dispatcher(Actor):
                 owners.append((slot, job.job_id))
             if len(claimed) == s.claim_batch:
                 more.append(slot)
+        if failed:
+            self.warn(
+                "claiming from %d of %d slot(s) failed, retrying in %.0f ms: %s",
+                len(failed),
+                len(held),
+                RETRY_AFTER_ERROR_S * 1000,
+                failed[0],
+            )
         for (slot, epoch), errors in refused.items():
             await self._nack(slot, epoch, errors)
         sent: dict[int, list[Sent]] = defaultdict(list)
@@ -223,14 +242,40 @@ class Dispatcher(Actor):
                 if ok:
                     published[slot] = ok
             if published:
-                # Not fenced: a job that was published is done, whoever owns it now.
-                self.fired_total += await self.scripts.ack_many(published)
+                await self._ack(published)
                 failpoints.hit("after-ack")
         except Exception as exc:
             # The jobs stay in flight; the retry-reaper returns them after their deadline.
             log.warning("acking a dispatch round failed: %s", exc)
         finally:
             self._round_finished(held, in_flight)
+
+    async def _ack(self, published: dict[int, list[bytes]]) -> None:
+        """Ack published jobs (one round trip for all slots); retry the slots whose
+        Redis node failed for about as long as a failover takes. Not fenced: a job that
+        was published is done, whoever owns it now."""
+        for pause_s in (*ACK_RETRY_PAUSES_S, None):
+            try:
+                acked, failed = await self.scripts.ack_many(published)
+            except NotReplicated as exc:
+                # Done on the master; only a failover in the next moments could undo
+                # it, and then these jobs fire again (a duplicate after a failure).
+                acked, failed = exc.result
+                self.unreplicated_acks += 1
+                self.warn("acks of %d slot(s) not confirmed by a replica: %s", len(published), exc)
+            self.fired_total += acked
+            if not failed:
+                return
+            published = {slot: published[slot] for slot in failed}
+            if pause_s is None or not await self.sleep(pause_s):
+                break
+        log.warning(
+            "acking %d published job(s) of %d slot(s) failed; they stay in flight and "
+            "fire again after inflight_timeout_ms: %s",
+            sum(map(len, published.values())),
+            len(published),
+            next(iter(failed.values())),
+        )
 
     def _error_of(self, future: asyncio.Future[object]) -> str | None:
         """Why a batch was not published by its deadline, or None if it was."""

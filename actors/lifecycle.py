@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, ClassVar
 
@@ -40,6 +41,7 @@ class Actor:
     def __init__(self) -> None:
         self._stopping = asyncio.Event()
         self._children: asyncio.TaskGroup | None = None
+        self._warned: dict[str, tuple[float, int]] = {}  # message → (last logged, skipped)
 
     # ----- what subclasses write -----------------------------------------------------
 
@@ -106,6 +108,19 @@ class Actor:
     async def next_batch(self, queue: SlotQueue) -> list[int] | None:
         """Every slot waiting in queue (waiting for the first), or None once stopping."""
         return await batch_or_stop(queue, self._stopping)
+
+    def warn(self, message: str, *args: object, every_s: float = 5.0) -> None:
+        """log.warning, at most once per every_s for the same message: a Redis node
+        failing over makes every round fail for seconds, and one line says it."""
+        now = time.monotonic()
+        last, skipped = self._warned.get(message, (-every_s, 0))
+        if now - last < every_s:
+            self._warned[message] = (last, skipped + 1)
+            return
+        self._warned[message] = (now, 0)
+        if skipped:
+            message += f" (and {skipped} more like it)"
+        logging.getLogger(type(self).__module__).warning(message, *args, stacklevel=2)
 
     def spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """Run `work` as a child task: awaited before run() returns, and a crash of it

@@ -46,7 +46,7 @@ from actors.assignment import assign
 from actors.lifecycle import Actor, Tick
 from actors.ownership import HeldSlots
 from cluster.config import Settings
-from cluster.scripts import Scripts
+from cluster.scripts import NotReplicated, Scripts
 from cluster.zk_conn import is_open_acl, make_zk, no_auth_error
 
 log = logging.getLogger(__name__)
@@ -282,7 +282,15 @@ class Membership(Actor):
             return  # changed meanwhile; look again on the next pass
         epoch = int(new.version)
         self._claimed[slot] = epoch
-        if not await self.scripts.take(slot, epoch):
+        try:
+            taken = await self.scripts.take(slot, epoch)
+        except NotReplicated as error:
+            # Taken on the master. Should a failover undo it, the old epoch is back:
+            # this node is then fenced and takes the slot again; its old owner had
+            # released it or is dead, so nobody works on it twice meanwhile.
+            taken = bool(error.result)
+            log.warning("slot %d: epoch %d not confirmed by a replica: %s", slot, epoch, error)
+        if not taken:
             log.error(
                 "slot %d: Redis holds an epoch newer than %d; was ZooKeeper reset?", slot, epoch
             )

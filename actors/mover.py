@@ -15,7 +15,7 @@ from actors.lifecycle import Actor
 from actors.ownership import Ownership
 from actors.queues import SlotQueue
 from actors.scanner import SlotScanner
-from cluster.scripts import Scripts
+from cluster.scripts import MoveResult, Scripts, SlotFailed
 
 log = logging.getLogger(__name__)
 
@@ -56,18 +56,32 @@ class Mover(Actor):
         try:
             results = await self.scripts.move_many(held, self.batch)
         except Exception as exc:
-            log.warning("move of %d slot(s) failed: %s", len(slots), exc)
+            self.warn("move of %d slot(s) failed: %s", len(slots), exc)
             for slot in slots:
-                self.scanner.move_failed(slot, RETRY_AFTER_ERROR_MS)
+                self.scanner.retry_later(slot, RETRY_AFTER_ERROR_MS)
             await self.sleep(RETRY_AFTER_ERROR_MS / 1000)
             return
-        if any(result is not None and result.moved for result in results):
+        if any(isinstance(result, MoveResult) and result.moved for result in results):
             failpoints.hit("after-move")
+        failed = 0
         for (slot, epoch), result in zip(held, results, strict=True):
             if result is None:
                 self.ownership.lost(slot, epoch)
+                continue
+            if isinstance(result, SlotFailed):
+                # Only this slot's Redis node is in trouble (failing over?): the others go on.
+                failed += 1
+                self.scanner.retry_later(slot, RETRY_AFTER_ERROR_MS)
                 continue
             self.moved_total += result.moved
             self.scanner.report(slot, result.next_due_ms, result.now_ms)
             if result.ready:
                 await self.dispatch_queue.put(slot)
+        if failed:
+            self.warn(
+                "move of %d of %d slot(s) failed, retrying in %d ms: %s",
+                failed,
+                len(held),
+                RETRY_AFTER_ERROR_MS,
+                next(r for r in results if isinstance(r, SlotFailed)),
+            )

@@ -108,7 +108,12 @@ class Node:
                 "Redis", redact_url(s.redis_url), self._open_redis, deadline, s.startup_timeout_s
             )
             resources.push_async_callback(redis.aclose)
-            scripts = Scripts(redis, self.keys)
+            scripts = Scripts(
+                redis,
+                self.keys,
+                wait_replicas=self.settings.redis_wait_replicas,
+                wait_timeout_ms=self.settings.redis_wait_timeout_ms,
+            )
             producer = await _wait_for(
                 "Kafka", s.kafka_bootstrap, self._start_producer, deadline, s.startup_timeout_s
             )
@@ -166,7 +171,7 @@ class Node:
         recorder = Recorder(
             scripts, self.mysql, held, s.record_batch, s.record_interval_ms, s.marker_retention_ms
         )
-        listener = WakeListener(s, self.keys.wake_channel, held, scanner)
+        listener = WakeListener(s, redis, self.keys.wake_channel, held, scanner)
         reconciler = Reconciler(s, self.mysql, scripts, held, reconcile_queue)
 
         def acquired(slot: int) -> None:

@@ -11,7 +11,7 @@ from actors.ownership import Ownership
 from actors.scanner import SlotScanner
 from cluster.config import Settings
 from cluster.contract import NO_TIME
-from cluster.scripts import Scripts
+from cluster.scripts import Scripts, SlotFailed
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,15 @@ class RetryReaper(Actor):
         return [(self.settings.reap_interval_ms / 1000, self.reap_owned)]
 
     async def reap_owned(self) -> None:
-        await self.reap(self._held())
+        """One tick. A Redis error never crashes the reaper: jobs whose deadline passed
+        wait in flight until a later tick reaches their Redis node."""
+        try:
+            failed = await self.reap(self._held())
+        except Exception as exc:
+            self.warn("reaping failed, will retry: %s", exc)
+            return
+        if failed:
+            self.warn("reaping %d slot(s) failed, will retry: %s", len(failed), failed[0])
 
     def _held(self) -> list[tuple[int, int]]:
         held = []
@@ -51,9 +59,10 @@ class RetryReaper(Actor):
                 pass  # the slot moved away meanwhile
         return held
 
-    async def reap(self, held: list[tuple[int, int]]) -> None:
+    async def reap(self, held: list[tuple[int, int]]) -> list[SlotFailed]:
         """Reap every given (slot, epoch) in one round trip; again for those that hit
-        the per-call limit."""
+        the per-call limit. Returns the slots' failures (the others were reaped)."""
+        failures: list[SlotFailed] = []
         s = self.settings
         while held:
             results = await self.scripts.reap_many(
@@ -63,6 +72,9 @@ class RetryReaper(Actor):
             for (slot, epoch), result in zip(held, results, strict=True):
                 if result is None:
                     self.ownership.lost(slot, epoch)
+                    continue
+                if isinstance(result, SlotFailed):
+                    failures.append(result)  # its Redis node is in trouble: next tick
                     continue
                 if result.retried or result.dead:
                     log.info(
@@ -79,3 +91,4 @@ class RetryReaper(Actor):
                 if result.more:
                     more.append((slot, epoch))
             held = more
+        return failures

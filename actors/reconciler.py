@@ -27,11 +27,13 @@ slot every reconcile_interval_ms, and on demand (`delayq recover`).
 Two more checks make recovery prompt when nothing fences the node, i.e. when Redis
 lost writes but kept the owner keys (it came back from an AOF without its last second,
 a failover promoted a replica that lagged) or never got them (a producer's add failed
-after its MySQL commit: `RedisStepFailed`), both every recent_reconcile_ms:
+after its MySQL commit: `RedisStepFailed`):
 
-* The Redis watch asks Redis for its run_id (of every primary, in a Redis Cluster). A
-  new run_id means Redis restarted or another server took over: every owned slot goes to
-  the inbox for a full pass at once. No answer means Redis is unreachable from here, so
+* The Redis watch asks Redis for its run_id (of every primary, in a Redis Cluster)
+  every second (WATCH_INTERVAL_S, or recent_reconcile_ms if shorter). A new run_id means
+  Redis restarted or another server took over, such as a replica promoted by a failover,
+  which may lack the last writes its master acknowledged: every owned slot goes to the
+  inbox for a full pass at once. No answer means Redis is unreachable from here, so
   adds may be failing for producers too: the watch notes the trouble.
 * The recent pass runs once Redis answers again after such trouble: one paged query per
   shard, for all owned slots at once, over the pending and retrying rows created since
@@ -78,6 +80,9 @@ PAGE = 1000
 # large multi-shard schedule_many). Each row is examined about window/interval times,
 # ~22 us each when Redis has it (docs/guarantees.md), so the window is not made longer.
 RECENT_WINDOW = dt.timedelta(seconds=30)
+# How often the Redis watch asks for the run_ids: a Redis Cluster failover that lost
+# writes is found within this of the promotion (one INFO per primary).
+WATCH_INTERVAL_S = 1.0
 
 
 @dataclass
@@ -238,7 +243,7 @@ class Reconciler(Actor):
             (s.reconcile_interval_ms / 1000, self._sweep),
             (s.redis_horizon_ms / 4000, self._load_ahead_tick),
             (s.recent_reconcile_ms / 1000, self._recent_tick),
-            (s.recent_reconcile_ms / 1000, self.watch_redis),
+            (min(s.recent_reconcile_ms / 1000, WATCH_INTERVAL_S), self.watch_redis),
         ]
 
     async def body(self) -> None:

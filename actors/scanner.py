@@ -74,8 +74,10 @@ class SlotScanner(Actor):
             heapq.heappush(self._heap, (due, slot))
             self._notified.set()
 
-    def move_failed(self, slot: int, retry_in_ms: int) -> None:
-        """The move of `slot` failed (Redis unreachable?): try again a little later."""
+    def retry_later(self, slot: int, retry_in_ms: int) -> None:
+        """A move or claim of `slot` failed (its Redis node unreachable, failing over):
+        move it again in retry_in_ms, which hands it to the dispatcher again if its
+        ready list holds jobs."""
         self._moving.pop(slot, None)
         self._next_due.pop(slot, None)
         self.wake(slot, int(self.redis_now_ms()) + retry_in_ms)

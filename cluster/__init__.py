@@ -14,6 +14,7 @@ from cluster.client import (
     DelayClient,
     OutcomeUnknown,
     RedisStepFailed,
+    ReplicationUnconfirmed,
     StoreUnavailable,
 )
 from cluster.config import ConfigError, Settings
@@ -31,6 +32,7 @@ __all__ = [
     "JobStatus",
     "OutcomeUnknown",
     "RedisStepFailed",
+    "ReplicationUnconfirmed",
     "Settings",
     "StoreUnavailable",
 ]

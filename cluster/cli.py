@@ -98,7 +98,16 @@ def _parser() -> argparse.ArgumentParser:
         "--redis-cluster",
         action="store_true",
         help="also run a three-master Redis Cluster (ports 17001-17003; with --secure "
-        "17011-17013); with env: point DELAYQ_REDIS_URL at it",
+        "17011-17013); with env: point DELAYQ_REDIS_URL at every node of it",
+    )
+    services.add_argument(
+        "--replicas",
+        type=int,
+        choices=[0, 1],
+        default=0,
+        help="with up: give each cluster master a replica (ports 17004-17006; with "
+        "--secure 17014-17016), so masters can fail over; implies --redis-cluster. "
+        "Remembered: later commands include the replicas without it",
     )
     services.add_argument(
         "--secure",
@@ -212,7 +221,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 1
         return stack.run(
-            args.action, purge=args.purge, redis_cluster=args.redis_cluster, secure=args.secure
+            args.action,
+            purge=args.purge,
+            redis_cluster=args.redis_cluster,
+            replicas=args.replicas,
+            secure=args.secure,
         )
     if args.config:
         os.environ["DELAYQ_CONFIG"] = args.config

@@ -41,7 +41,7 @@ from cluster.jobs import (
 from cluster.keys import KeySpace, slot_of
 from cluster.mysql_store import CommitUnknown, JobRecord, MySQLStore
 from cluster.redis_conn import RedisClient, open_redis
-from cluster.scripts import NewJob, Scripts
+from cluster.scripts import NewJob, NotReplicated, Scripts, SlotsFailed
 
 __all__ = [
     "DeadJob",
@@ -79,11 +79,22 @@ class RedisStepFailed(OutcomeUnknown):
     OutcomeUnknown, so code that handles that handles this too."""
 
 
+class ReplicationUnconfirmed(OutcomeUnknown):
+    """The change was made (in MySQL and on the Redis master), but fewer than
+    redis_wait_replicas replicas confirmed it within redis_wait_timeout_ms, so a
+    failover in the next moments could still undo it in Redis (a cancelled job could
+    fire, a rescheduled one fire at its old time). Calling again is safe and confirms
+    it once the replicas answer. A subclass of OutcomeUnknown."""
+
+
 # As plain ints: PyMySQL would quote an IntEnum parameter as a string.
 _WAITING_PARAMS = tuple(int(status) for status in WAITING_STATUSES)
 MAX_BATCH = 100_000
 # Pauses before adding again a job whose add met a cancel's tombstone (_add_refused_again).
 REFUSED_RETRY_PAUSES_S = (0.01, 0.05, 0.15, 0.3)
+# Pauses before adding again the jobs of slots whose Redis node failed (a Redis Cluster
+# master failing over): about as long as a failover takes with cluster-node-timeout 2 s.
+FAILED_SLOT_RETRY_PAUSES_S = (0.1, 0.3, 0.6, 1.0, 2.0)
 
 
 class DelayClient:
@@ -107,7 +118,12 @@ class DelayClient:
             return
         await self.mysql.open()
         self._redis = await open_redis(self.settings)
-        self._scripts = Scripts(self._redis, self.keys)
+        self._scripts = Scripts(
+            self._redis,
+            self.keys,
+            wait_replicas=self.settings.redis_wait_replicas,
+            wait_timeout_ms=self.settings.redis_wait_timeout_ms,
+        )
         self._dead = DeadLetters(self.settings, self._scripts, self.mysql)
 
     async def close(self) -> None:
@@ -261,7 +277,32 @@ class DelayClient:
             elif row.status in WAITING_STATUSES and row.due_ms < horizon_end:
                 by_slot[slot].append(NewJob.from_record(row))
         if by_slot:
-            await self._add_refused_again(by_slot, await self.scripts.add_many(by_slot))
+            await self._add_refused_again(by_slot, await self._add_retrying(by_slot))
+
+    async def _add_retrying(
+        self, by_slot: dict[int, list[NewJob]]
+    ) -> dict[int, tuple[bool, list[AddCode]]]:
+        """add_many, adding again the slots whose run failed while the others' stand
+        (one failing Redis node never holds back the rest). Raises RedisStepFailed naming
+        the jobs of the slots that still failed after FAILED_SLOT_RETRY_PAUSES_S."""
+        results: dict[int, tuple[bool, list[AddCode]]] = {}
+        todo = by_slot
+        for pause_s in (*FAILED_SLOT_RETRY_PAUSES_S, None):
+            try:
+                results.update(await self.scripts.add_many(todo))
+                return results
+            except SlotsFailed as exc:
+                results.update(exc.done)
+                todo = {slot: todo[slot] for slot in exc.failed}
+                if pause_s is None:
+                    raise RedisStepFailed(
+                        f"the job(s) are committed in MySQL and will fire, possibly late "
+                        f"(their nodes re-add them from MySQL within seconds), but adding "
+                        f"them to Redis failed for {len(exc.failed)} slot(s): {exc}",
+                        [job.job_id for jobs in todo.values() for job in jobs],
+                    ) from exc
+                await asyncio.sleep(pause_s)
+        raise AssertionError("unreachable")
 
     async def _add_refused_again(
         self,
@@ -290,7 +331,7 @@ class DelayClient:
                 row = rows.get(job_id)
                 if row is not None and row.status in WAITING_STATUSES:
                     retry[slot].append(job)
-            again = await self.scripts.add_many(retry) if retry else {}
+            again = await self._add_retrying(retry) if retry else {}
             refused = {
                 job.job_id: (slot, job)
                 for slot, jobs in retry.items()
@@ -305,7 +346,11 @@ class DelayClient:
         fired, dead, or being published at this moment."""
         job_id = check_job_id(job_id)
         slot = slot_of(job_id, self.settings.slots)
-        redis_step = await self.scripts.cancel(slot, job_id, self.settings.marker_retention_ms)
+        doubt: NotReplicated | None = None
+        try:
+            redis_step = await self.scripts.cancel(slot, job_id, self.settings.marker_retention_ms)
+        except NotReplicated as exc:
+            redis_step, doubt = exc.result, exc
         if redis_step.code not in (ChangeCode.CHANGED, ChangeCode.ABSENT):
             return False  # in flight, dead or fired
         # A tombstone now refuses a late add of it (e.g. a schedule still on its way).
@@ -313,7 +358,7 @@ class DelayClient:
             job_id, JobStatus.CANCELLED, slot, from_statuses=_WAITING_PARAMS
         )
         if changed or redis_step.code == ChangeCode.CHANGED:
-            return True
+            return _confirmed("cancel", job_id, doubt)
         # Not in Redis, and MySQL has no waiting row of it (none at all, or one fired,
         # cancelled or dead): nothing is cancelled, so the tombstone has nothing to guard
         # and would only refuse a schedule (or dead-letter replay) of this id for
@@ -330,7 +375,9 @@ class DelayClient:
         # replaced: a concurrent cancel that did cancel the row keeps its own.
         await self.scripts.untomb(slot, job_id, redis_step)
         record = await self.mysql.get(job_id)
-        return record is not None and record.status == JobStatus.CANCELLED
+        if record is None or record.status != JobStatus.CANCELLED:
+            return False
+        return _confirmed("cancel", job_id, doubt)
 
     async def reschedule(
         self,
@@ -344,10 +391,14 @@ class DelayClient:
         job_id = check_job_id(job_id)
         due_ms = due_ms_of(delay, at, self.settings)
         slot = slot_of(job_id, self.settings.slots)
-        code, _ = await self.scripts.reschedule(slot, job_id, due_ms)
+        doubt: NotReplicated | None = None
+        try:
+            code, _ = await self.scripts.reschedule(slot, job_id, due_ms)
+        except NotReplicated as exc:
+            (code, _), doubt = exc.result, exc
         if code == ChangeCode.CHANGED:
             await self.mysql.set_due(job_id, due_ms, slot)
-            return True
+            return _confirmed("reschedule", job_id, doubt)
         if code != ChangeCode.ABSENT:
             return False  # in flight, dead or fired
         # Not in Redis: its add may still be on the way, or Redis lost it. If MySQL says
@@ -362,8 +413,11 @@ class DelayClient:
             return True  # beyond the horizon: the owning node loads it in time
         _, [added] = await self.scripts.add(slot, [NewJob.from_record(row)])
         if added == AddCode.PRESENT:  # added meanwhile, perhaps with the old time
-            code, _ = await self.scripts.reschedule(slot, job_id, due_ms)
-            return code == ChangeCode.CHANGED
+            try:
+                code, _ = await self.scripts.reschedule(slot, job_id, due_ms)
+            except NotReplicated as exc:
+                (code, _), doubt = exc.result, exc
+            return code == ChangeCode.CHANGED and _confirmed("reschedule", job_id, doubt)
         return added == AddCode.ADDED
 
     async def get(self, job_id: str) -> JobRecord | None:
@@ -410,3 +464,14 @@ class DelayClient:
         """Forget dead jobs in Redis (MySQL keeps them as dead): those named, those of
         a topic, or (neither given) all. Returns how many were purged."""
         return await self._dead_letters.purge_dead(job_ids, topic=topic)
+
+
+def _confirmed(change: str, job_id: str, doubt: NotReplicated | None) -> bool:
+    """True for a change the replicas confirmed; raises ReplicationUnconfirmed if not."""
+    if doubt is not None:
+        raise ReplicationUnconfirmed(
+            f"{change} of {job_id!r} is done, but {doubt}: a Redis failover now could "
+            f"undo it; calling {change} again is safe and confirms it",
+            [job_id],
+        )
+    return True

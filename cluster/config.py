@@ -81,6 +81,15 @@ class Settings:
     # horizon/2.
     redis_horizon_ms: int = 300000
 
+    # Replication (docs/cluster.md): writes that back a promise (cancel() and
+    # reschedule() returning True, the ack of a fired job, a slot's owner epoch) return
+    # only once this many replicas of their Redis node have them (WAIT), so a failover
+    # to a lagging replica cannot undo them. 0: do not wait (a Redis without replicas).
+    redis_wait_replicas: int = 0
+    # How long such a write waits for its replicas before the caller is told
+    # (NotReplicated from the client; a warning in a node).
+    redis_wait_timeout_ms: int = 500
+
     # Node: batching and pacing.
     move_batch: int = 1000
     claim_batch: int = 500
@@ -186,6 +195,12 @@ class Settings:
             raise ConfigError(
                 "allowed_topics must be comma-separated fnmatch patterns without empty "
                 f"ones, or empty for any topic; got {self.allowed_topics!r}"
+            )
+        if self.redis_wait_replicas < 0:
+            raise ConfigError(f"redis_wait_replicas must be >= 0, got {self.redis_wait_replicas}")
+        if self.redis_wait_timeout_ms < 1:
+            raise ConfigError(
+                f"redis_wait_timeout_ms must be >= 1, got {self.redis_wait_timeout_ms}"
             )
         if self.kafka_linger_ms < 0:
             raise ConfigError(f"kafka_linger_ms must be >= 0, got {self.kafka_linger_ms}")

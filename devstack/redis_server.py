@@ -1,6 +1,8 @@
 """Redis of the local stack: ``redis-server`` with AOF (appendfsync everysec, noeviction),
 and with ``--redis-cluster`` three more instances joined into a three-master Redis
-Cluster. How to prepare, start and probe them, and how to form the cluster.
+Cluster (``--replicas 1``: three more, a replica of each master, so masters can fail
+over; cluster-node-timeout 2 s). How to prepare, start and probe them, and how to form
+the cluster.
 
 In the secure stack (``svc.secrets`` set) Redis speaks TLS only (``port 0``,
 ``tls-port``; the cluster bus too) and knows two ACL users, no ``default``: ``delayq``,
@@ -21,6 +23,7 @@ from devstack.service import (
     HOST,
     POLL_S,
     READY_TIMEOUT_S,
+    REPLICA_PORTS,
     Service,
     ServicesError,
     service_port,
@@ -57,6 +60,15 @@ def prepare(svc: Service) -> None:
             f"user {REDIS_USER} on >{svc.secrets.password('redis_delayq')} {DELAYQ_ACL}\n"
             f"user {REDIS_ADMIN} on >{svc.secrets.password('redis_admin')} ~* &* +@all\n"
         )
+    # A replica logs in to its master as the admin user (the default user is off); a
+    # config file, so the password never shows on a command line.
+    fd = os.open(_replication_conf(svc), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(f"masteruser {REDIS_ADMIN}\nmasterauth {svc.secrets.password('redis_admin')}\n")
+
+
+def _replication_conf(svc: Service) -> str:
+    return str(svc.dir / "replication.conf")
 
 
 def _listen(svc: Service) -> list[str]:
@@ -83,8 +95,11 @@ def _listen(svc: Service) -> list[str]:
 
 
 def command(svc: Service) -> list[str]:
+    # A config file must come first; only the secure stack has one.
+    conf = [_replication_conf(svc)] if svc.secrets is not None else []
     return [
         require_program("redis-server", "redis-server"),
+        *conf,
         *_listen(svc),
         "--bind",
         HOST,
@@ -114,8 +129,9 @@ def cluster_command(svc: Service) -> list[str]:
         "yes",
         "--cluster-config-file",
         str(svc.dir / "nodes.conf"),
+        # A dead master's replica takes over within a few seconds.
         "--cluster-node-timeout",
-        "5000",
+        "2000",
         *tls,
     ]
 
@@ -144,46 +160,75 @@ def _cli(secrets: Secrets | None) -> tuple[list[str], dict[str, str]]:
     return cli, env
 
 
-def form_cluster(secrets: Secrets | None = None) -> None:
-    """Join the three masters into one cluster (once; they remember it in nodes.conf)
-    and wait until every hash slot is served."""
+def form_cluster(secrets: Secrets | None = None, *, replicas: bool = False) -> None:
+    """Join the three masters into one cluster (once; they remember it in nodes.conf),
+    give each a replica when asked (also to a cluster made without them), and wait
+    until every hash slot is served and every master's replica is in sync."""
     cli, env = _cli(secrets)
     secure = secrets is not None
-    ports = [service_port(name, secure=secure) for name in CLUSTER_PORTS]
+    masters = [service_port(name, secure=secure) for name in CLUSTER_PORTS]
+    spares = [service_port(name, secure=secure) for name in REPLICA_PORTS] if replicas else []
 
-    def state(port: int) -> str:
-        out = subprocess.run(
-            [*cli, "-h", HOST, "-p", str(port), "cluster", "info"],
+    def ask(port: int, *command: str) -> str:
+        return subprocess.run(
+            [*cli, "-h", HOST, "-p", str(port), *command],
             capture_output=True,
             text=True,
             timeout=10,
             env=env,
         ).stdout
-        return "ok" if "cluster_state:ok" in out else out.split("cluster_slots_assigned:")[-1]
 
-    if state(ports[0]) != "ok" and state(ports[0]).startswith("0"):
+    def run(*command: str) -> None:
         result = subprocess.run(
-            [
-                *cli,
-                "--cluster",
-                "create",
-                *(f"{HOST}:{p}" for p in ports),
-                "--cluster-replicas",
-                "0",
-                "--cluster-yes",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
+            [*cli, *command], capture_output=True, text=True, timeout=60, env=env
         )
         if result.returncode != 0:
             raise ServicesError(
-                f"redis-cli --cluster create failed: {result.stdout[-500:]}{result.stderr[-500:]}"
+                f"redis-cli {' '.join(command[:2])} failed: "
+                f"{result.stdout[-500:]}{result.stderr[-500:]}"
             )
+
+    def state(port: int) -> str:
+        out = ask(port, "cluster", "info")
+        return "ok" if "cluster_state:ok" in out else out.split("cluster_slots_assigned:")[-1]
+
+    if state(masters[0]) != "ok" and state(masters[0]).startswith("0"):
+        nodes = [f"{HOST}:{p}" for p in masters + spares]
+        replicas_each = "1" if spares else "0"
+        run("--cluster", "create", *nodes, "--cluster-replicas", replicas_each, "--cluster-yes")
+    for master, spare in zip(masters, spares, strict=False):
+        if len(ask(spare, "cluster", "nodes").strip().splitlines()) == 1:
+            # A new node that knows only itself: join it as its master's replica.
+            master_id = ask(master, "cluster", "myid").strip()
+            run(
+                "--cluster",
+                "add-node",
+                f"{HOST}:{spare}",
+                f"{HOST}:{master}",
+                "--cluster-slave",
+                "--cluster-master-id",
+                master_id,
+            )
+    ports = masters + spares
+
+    def ready() -> bool:
+        if not all(state(port) == "ok" for port in ports):
+            return False
+        if not spares:
+            return True
+        # Roles may have moved (a failover): count masters with an online replica.
+        infos = [ask(port, "info", "replication") for port in ports]
+        synced = [
+            i for i in infos if "role:master" in i and "state=online" in i.partition("slave0:")[2]
+        ]
+        return len(synced) == len(masters)
+
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while not all(state(port) == "ok" for port in ports):
+    while not ready():
         if time.monotonic() > deadline:
-            raise ServicesError("the Redis Cluster did not reach cluster_state:ok")
+            raise ServicesError(
+                "the Redis Cluster did not reach cluster_state:ok with every replica in sync"
+            )
         time.sleep(POLL_S)
-    print(f"{'cluster':<12}{HOST}:{ports[0]:<6}  redis cluster of 3 masters ready", flush=True)
+    shape = f"{len(masters)} masters" + (f" and {len(spares)} replicas" if spares else "")
+    print(f"{'cluster':<12}{HOST}:{masters[0]:<6}  redis cluster of {shape} ready", flush=True)

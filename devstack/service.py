@@ -23,8 +23,10 @@ if TYPE_CHECKING:
 
 HOST = "127.0.0.1"
 DEFAULT_PORTS: dict[str, int] = {"redis": 16379, "mysql": 13306, "zookeeper": 12181, "kafka": 19092}
-# With --redis-cluster (or DELAYQ_SERVICES_REDIS_CLUSTER=1): three cluster masters.
+# With --redis-cluster (or DELAYQ_SERVICES_REDIS_CLUSTER=1): three cluster masters; with
+# --replicas 1 as well (DELAYQ_SERVICES_REDIS_REPLICAS=1) a replica of each.
 CLUSTER_PORTS: dict[str, int] = {"redis-c1": 17001, "redis-c2": 17002, "redis-c3": 17003}
+REPLICA_PORTS: dict[str, int] = {"redis-c4": 17004, "redis-c5": 17005, "redis-c6": 17006}
 # The secure stack (`delayq services up --secure`): TLS and passwords, its own ports and
 # state folder ($DELAYQ_STATE_DIR/secure), so it runs beside the plain one. "kafka" is the
 # TLS front (stunnel) of the broker, which listens in plain text on "kafka-broker".
@@ -36,6 +38,7 @@ SECURE_PORTS: dict[str, int] = {
     "kafka-broker": 19094,
 }
 SECURE_CLUSTER_PORTS: dict[str, int] = {"redis-c1": 17011, "redis-c2": 17012, "redis-c3": 17013}
+SECURE_REPLICA_PORTS: dict[str, int] = {"redis-c4": 17014, "redis-c5": 17015, "redis-c6": 17016}
 MYSQL_DATABASE = "delayq"
 MYSQL_USER = "delayq"
 MYSQL_PASSWORD = "delayq"
@@ -98,8 +101,8 @@ def service_port(name: str, *, secure: bool = False) -> int:
     raw = os.environ.get(variable)
     if raw is None:
         if secure:
-            return {**SECURE_PORTS, **SECURE_CLUSTER_PORTS}[name]
-        return {**DEFAULT_PORTS, **CLUSTER_PORTS}[name]
+            return {**SECURE_PORTS, **SECURE_CLUSTER_PORTS, **SECURE_REPLICA_PORTS}[name]
+        return {**DEFAULT_PORTS, **CLUSTER_PORTS, **REPLICA_PORTS}[name]
     try:
         port = int(raw)
     except ValueError:
@@ -111,7 +114,16 @@ def service_port(name: str, *, secure: bool = False) -> int:
 
 def redis_cluster_wanted() -> bool:
     """Whether the stack includes the three-master Redis Cluster."""
-    return os.environ.get("DELAYQ_SERVICES_REDIS_CLUSTER", "").lower() in ("1", "true", "yes")
+    return _flag("DELAYQ_SERVICES_REDIS_CLUSTER") or redis_replicas_wanted()
+
+
+def redis_replicas_wanted() -> bool:
+    """Whether the Redis Cluster gets a replica per master (which implies the cluster)."""
+    return _flag("DELAYQ_SERVICES_REDIS_REPLICAS")
+
+
+def _flag(variable: str) -> bool:
+    return os.environ.get(variable, "").lower() in ("1", "true", "yes")
 
 
 def tcp_exchange(

@@ -53,11 +53,13 @@ from devstack.service import (
     MYSQL_USER,
     POLL_S,
     READY_TIMEOUT_S,
+    REPLICA_PORTS,
     Service,
     ServicesError,
     log_tail,
     port_variable,
     redis_cluster_wanted,
+    redis_replicas_wanted,
     say,
     service_port,
     state_dir,
@@ -89,6 +91,7 @@ def services(*, with_cluster: bool | None = None, secure: bool = False) -> list[
     root = stack_root(secure)
     if with_cluster is None:
         with_cluster = redis_cluster_wanted() or (root / "redis-c1").exists()
+    replicas = with_cluster and has_replicas(secure)
     keys = secure_stack.ensure(root) if secure else None
 
     def service(
@@ -111,7 +114,7 @@ def services(*, with_cluster: bool | None = None, secure: bool = False) -> list[
                 redis_server.cluster_command,
                 redis_server.probe,
             )
-            for name in CLUSTER_PORTS
+            for name in [*CLUSTER_PORTS, *(REPLICA_PORTS if replicas else [])]
         ]
         if with_cluster
         else []
@@ -146,6 +149,26 @@ def services(*, with_cluster: bool | None = None, secure: bool = False) -> list[
     ]
 
 
+def has_replicas(secure: bool = False) -> bool:
+    """Whether the Redis Cluster has (or is to get) a replica per master: asked for, or
+    made by an earlier `up --replicas 1`."""
+    return redis_replicas_wanted() or (stack_root(secure) / "redis-c4").exists()
+
+
+def cluster_seeds(secure: bool = False) -> str:
+    """host:port of every node of the Redis Cluster, comma-separated: a client starts
+    while any one of them answers."""
+    names = [*CLUSTER_PORTS, *(REPLICA_PORTS if has_replicas(secure) else [])]
+    return ",".join(f"{HOST}:{service_port(name, secure=secure)}" for name in names)
+
+
+def _replication_env(secure: bool) -> dict[str, str]:
+    """With replicas, writes that back a promise wait for one (docs/cluster.md)."""
+    if redis_cluster_wanted() and has_replicas(secure):
+        return {"DELAYQ_REDIS_WAIT_REPLICAS": "1"}
+    return {}
+
+
 def stack_env(*, secure: bool = False) -> dict[str, str]:
     """The DELAYQ_* settings that point a client or node at this stack (at the Redis
     Cluster instead of the single Redis when it is wanted). secure: at the secure stack,
@@ -155,7 +178,7 @@ def stack_env(*, secure: bool = False) -> dict[str, str]:
         return _secure_env()
     ports = {name: service_port(name) for name in DEFAULT_PORTS}
     redis_url = (
-        f"redis+cluster://{HOST}:{service_port('redis-c1')}"
+        f"redis+cluster://{cluster_seeds()}"
         if redis_cluster_wanted()
         else f"redis://{HOST}:{ports['redis']}/0"
     )
@@ -168,6 +191,7 @@ def stack_env(*, secure: bool = False) -> dict[str, str]:
         "DELAYQ_ZK_HOSTS": f"{HOST}:{ports['zookeeper']}",
         # Tansu rejects InitProducerId: the idempotent producer must be off against it.
         "DELAYQ_KAFKA_IDEMPOTENCE": "false",
+        **_replication_env(secure=False),
     }
 
 
@@ -177,8 +201,7 @@ def _secure_env() -> dict[str, str]:
 
     def redis_url(user: str, password: str) -> str:
         if redis_cluster_wanted():
-            port = service_port("redis-c1", secure=True)
-            return f"rediss+cluster://{user}:{password}@{HOST}:{port}"
+            return f"rediss+cluster://{user}:{password}@{cluster_seeds(secure=True)}"
         return f"rediss://{user}:{password}@{HOST}:{service_port('redis', secure=True)}/0"
 
     mysql_port = service_port("mysql", secure=True)
@@ -200,6 +223,7 @@ def _secure_env() -> dict[str, str]:
         "DELAYQ_TEST_REDIS_ADMIN_URL": redis_url(
             secure_stack.REDIS_ADMIN, keys.password("redis_admin")
         ),
+        **_replication_env(secure=True),
     }
 
 
@@ -291,7 +315,7 @@ def up(*, secure: bool = False) -> None:
     if errors:
         raise ServicesError("\n".join(errors))
     if redis_cluster_wanted():
-        redis_server.form_cluster(stack[0].secrets)
+        redis_server.form_cluster(stack[0].secrets, replicas=has_replicas(secure))
 
 
 def _flag(secure: bool) -> str:
@@ -356,13 +380,24 @@ def env_lines(*, secure: bool = False) -> list[str]:
 
 
 def run(
-    command: str, *, purge: bool = False, redis_cluster: bool = False, secure: bool = False
+    command: str,
+    *,
+    purge: bool = False,
+    redis_cluster: bool = False,
+    replicas: int = 0,
+    secure: bool = False,
 ) -> int:
     """Run ``up``, ``down``, ``status`` or ``env``; return the process exit code.
-    ``redis_cluster`` adds the three-master Redis Cluster (and points ``env`` at it);
-    ``secure`` acts on the secure stack instead of the plain one."""
-    if redis_cluster:
+    ``redis_cluster`` adds the three-master Redis Cluster (and points ``env`` at it),
+    ``replicas`` (0 or 1) a replica of each master; ``secure`` acts on the secure stack
+    instead of the plain one."""
+    if replicas not in (0, 1):
+        print("delayq services: --replicas must be 0 or 1", file=sys.stderr)
+        return 2
+    if redis_cluster or replicas:
         os.environ["DELAYQ_SERVICES_REDIS_CLUSTER"] = "1"
+    if replicas:
+        os.environ["DELAYQ_SERVICES_REDIS_REPLICAS"] = "1"
     try:
         if command == "up":
             up(secure=secure)

@@ -27,6 +27,27 @@ class Ledger:
     schedule_unknown: int = 0
     cancelled: set[str] = field(default_factory=set)  # cancel() returned True
     not_cancelled: set[str] = field(default_factory=set)  # cancel() returned False
+    rescheduled: dict[str, int] = field(default_factory=dict)  # reschedule() True: new due ms
+    change_failed: int = 0  # cancel() or reschedule() raised: outcome unknown
+    cancel_unknown: set[str] = field(default_factory=set)  # cancel() raised: may or may not
+
+    async def cancel(self, client: DelayClient, job_id: str) -> None:
+        try:
+            cancelled = await client.cancel(job_id)
+        except Exception:
+            self.change_failed += 1
+            self.cancel_unknown.add(job_id)
+            return
+        (self.cancelled if cancelled else self.not_cancelled).add(job_id)
+
+    async def reschedule(self, client: DelayClient, job_id: str, due_ms: int) -> None:
+        try:
+            changed = await client.reschedule(job_id, at=due_ms / 1000)
+        except Exception:
+            self.change_failed += 1
+            return
+        if changed:
+            self.rescheduled[job_id] = due_ms
 
     async def schedule_many(self, client: DelayClient, jobs: list[dict[str, Any]]) -> None:
         try:
@@ -45,6 +66,7 @@ class Verdict:
     lost: list[str]
     early: int
     cancelled_but_fired: list[str]
+    fired_at_old_time: list[str]  # rescheduled (True), yet fired with another due time
     dead: int
     max_lateness_ms: float
     violations: list[str]
@@ -58,6 +80,7 @@ class Verdict:
             "lost": len(self.lost),
             "early": self.early,
             "dead": self.dead,
+            "fired_at_old_time": len(self.fired_at_old_time),
             "max_lateness_ms": round(self.max_lateness_ms),
             "unexpected": self.unexpected,
         }
@@ -73,9 +96,20 @@ async def verdict(
         scheduled=len(ledger.scheduled),
         fired=len(fired),
         duplicates=sum(n - 1 for n in fired.values()),
-        lost=sorted(ledger.scheduled - ledger.cancelled - set(fired) - dead),
+        # A job whose cancel() raised may have been cancelled: it need not fire.
+        lost=sorted(
+            ledger.scheduled - ledger.cancelled - ledger.cancel_unknown - set(fired) - dead
+        ),
         early=sum(1 for r in records if r["fired_ms"] < r["due_ms"]),
         cancelled_but_fired=sorted(ledger.cancelled & set(fired)),
+        fired_at_old_time=sorted(
+            {
+                str(r["job_id"])
+                for r in records
+                if r["job_id"] in ledger.rescheduled
+                and abs(int(r["due_ms"]) - ledger.rescheduled[str(r["job_id"])]) > 1
+            }
+        ),
         dead=len(dead),
         max_lateness_ms=max((r["received_ms"] - r["due_ms"] for r in records), default=0.0),
         violations=await invariant_violations(client, redis, rows),

@@ -3,7 +3,9 @@ isolation by a fresh Redis key prefix and a fresh Kafka topic.
 
 Set DELAYQ_TEST_EXTERNAL=1 to test against services already named by DELAYQ_* variables
 instead of starting the local stack, and DELAYQ_TEST_REDIS_CLUSTER=1 to run the suite
-against the local three-master Redis Cluster instead of the single Redis.
+against the local three-master Redis Cluster instead of the single Redis;
+DELAYQ_TEST_REDIS_REPLICAS=1 gives that cluster a replica per master, makes clients and
+nodes wait for it (redis_wait_replicas=1) and enables the failover scenarios.
 DELAYQ_TEST_SECURE=1 runs it against the secure local stack (`delayq services up --secure`:
 TLS and passwords everywhere; docs/security.md); the ``redis`` fixture then logs in as the
 stack's Redis admin, since tests use KEYS, CONFIG SET and FLUSHALL, which the delayq user
@@ -58,6 +60,11 @@ def stack_env() -> Iterator[dict[str, str]]:
         return
     if os.environ.get("DELAYQ_TEST_REDIS_CLUSTER") == "1":
         os.environ["DELAYQ_SERVICES_REDIS_CLUSTER"] = "1"
+    if os.environ.get("DELAYQ_TEST_REDIS_REPLICAS") == "1":
+        # The cluster with a replica per master; every client and node waits for one.
+        os.environ["DELAYQ_SERVICES_REDIS_CLUSTER"] = "1"
+        os.environ["DELAYQ_SERVICES_REDIS_REPLICAS"] = "1"
+        os.environ["DELAYQ_REDIS_WAIT_REPLICAS"] = "1"
     stack.up(secure=SECURE_RUN)
     env = stack.stack_env(secure=SECURE_RUN)
     if SECURE_MODE == "stores":

@@ -25,7 +25,7 @@ from cluster.envelope import fire_of, make_tail
 from cluster.jobs import now_ms
 from cluster.keys import KeySpace
 from cluster.redis_conn import RedisClient, connect_subscriber
-from cluster.scripts import Fenced, NewJob, Scripts
+from cluster.scripts import Fenced, NewJob, Scripts, SlotFailed, SlotsFailed
 
 SLOT = 3
 HOUR_MS = 3600_000
@@ -435,11 +435,24 @@ async def test_scripts_acting_as_owner_refuse_an_old_epoch(
     assert [c.job_id for c in claimed] == [b"b"]
 
 
-async def test_a_script_error_that_is_no_refusal_fails_the_batch(scripts: Scripts) -> None:
-    """Only a code of the contract (FENCED) is answered in place; a bug is raised."""
+async def test_a_failed_run_fails_its_slot_only(scripts: Scripts, redis: RedisClient) -> None:
+    """A run that fails (here Redis rejects its arguments; in production its node is
+    down or failing over) comes back as SlotFailed in its place, and the other slots'
+    runs of the batch stand."""
     bad_limit: Any = "many"  # the script's LIMIT gets nil: Redis rejects the command
+    results = await scripts.move_many([(SLOT, 0), (SLOT + 1, 0)], bad_limit)
+    assert all(isinstance(r, SlotFailed) for r in results)
+    assert isinstance(results[0], SlotFailed)
+    assert isinstance(results[0].error, ResponseError)
     with pytest.raises(ResponseError, match="arguments must be strings or integers"):
-        await scripts.move_many([(SLOT, 0), (SLOT + 1, 0)], bad_limit)
+        await scripts.move(SLOT, 0, bad_limit)  # a one-slot call raises the error itself
+
+    bad: Any = "soon"
+    with pytest.raises(SlotsFailed) as failed:
+        await scripts.add_many({SLOT: [job("bad", bad)], SLOT + 1: [job("good", now_ms())]})
+    assert set(failed.value.failed) == {SLOT}
+    assert failed.value.done == {SLOT + 1: (True, [AddCode.ADDED])}
+    assert await redis.hexists(scripts.keys.slot(SLOT + 1).jobs, "good")
 
 
 # ----- dead letters ----------------------------------------------------------------------

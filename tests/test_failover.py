@@ -1,0 +1,282 @@
+"""Redis Cluster failover under load: real node processes, a cluster of three masters
+with a replica each (`delayq services up --redis-cluster --replicas 1`), and each way
+a master can go away: a graceful CLUSTER FAILOVER, kill -9 of the seed node named first
+in redis_url (which comes back as a replica), and a lossy failover that promotes a
+replica missing the master's last writes.
+
+Producers schedule, cancel and reschedule throughout, with redis_wait_replicas=1. Each
+scenario checks: nothing lost or early, no job cancelled with True fired, no job
+rescheduled with True fired at its old time, both nodes alive throughout; and prints
+its counts (benchmarks/results/faults.jsonl, docs/guarantees.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from cluster import DelayClient
+from cluster.config import Settings
+from cluster.redis_conn import RedisClient
+from devstack import stack
+from devstack.service import HOST
+from tests.checker import Ledger, Verdict
+from tests.conftest import Collector
+from tests.processes import NodeProcess
+from tests.test_faults import assert_safe, reading, settle
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.failover,
+    pytest.mark.skipif(
+        os.environ.get("DELAYQ_TEST_REDIS_REPLICAS") != "1",
+        reason="needs the Redis Cluster with replicas (DELAYQ_TEST_REDIS_REPLICAS=1)",
+    ),
+]
+
+LOAD_S = 8.0
+TICK_S = 0.1
+PER_TICK = 40  # 400 jobs/s, plus cancels and reschedules
+CHANGES_PER_TICK = 4
+
+
+def cluster_ports() -> list[int]:
+    return [svc.port for svc in stack.services() if svc.name.startswith("redis-c")]
+
+
+async def replication(port: int) -> dict[str, object] | None:
+    """INFO replication of one cluster node, or None when it does not answer."""
+    redis = Redis(host=HOST, port=port, socket_timeout=1, socket_connect_timeout=1)
+    try:
+        return dict(await redis.info("replication"))
+    except Exception:
+        return None
+    finally:
+        await redis.aclose()
+
+
+async def pairs() -> list[tuple[int, int]]:
+    """(master port, port of its connected replica) for every master that has one."""
+    found = []
+    for port in cluster_ports():
+        info = await replication(port)
+        if info is None or info.get("role") != "master":
+            continue
+        replica = info.get("slave0")
+        if isinstance(replica, dict) and replica.get("state") == "online":
+            found.append((port, int(replica["port"])))
+    return found
+
+
+async def wait_until(
+    predicate: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 60
+) -> float:
+    """Poll until predicate() holds; returns the time.time() it was first seen."""
+    deadline = time.monotonic() + timeout_s
+    while not await predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+    return time.time()
+
+
+async def cluster_healthy() -> bool:
+    """Three masters, each with an online replica, and every node says cluster_state:ok."""
+    if len(await pairs()) != 3:
+        return False
+    for port in cluster_ports():
+        redis = Redis(host=HOST, port=port, socket_timeout=1)
+        try:
+            if "cluster_state:ok" not in (await redis.execute_command("CLUSTER", "INFO")).decode():
+                return False
+        except Exception:
+            return False
+        finally:
+            await redis.aclose()
+    return True
+
+
+async def is_master(port: int) -> bool:
+    info = await replication(port)
+    return info is not None and info.get("role") == "master"
+
+
+async def ensure_master(port: int) -> None:
+    """Make the node on `port` a master again (a graceful failover onto it)."""
+    if await is_master(port):
+        return
+    redis = Redis(host=HOST, port=port)
+    try:
+        await redis.execute_command("CLUSTER", "FAILOVER")
+    finally:
+        await redis.aclose()
+    await wait_until(lambda: is_master(port), f"{port} to become master")
+    await wait_until(cluster_healthy, "the cluster to be healthy")
+
+
+async def restart_node(port: int) -> None:
+    """Start a killed cluster node again (it rejoins as its successor's replica)."""
+    await asyncio.to_thread(stack.up)
+    await wait_until(cluster_healthy, "the old master back as a replica", 90)
+
+
+async def failover_scenario(
+    name: str,
+    settings: Settings,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
+    fault: Callable[[], Awaitable[None]],
+) -> tuple[Verdict, Ledger, list[NodeProcess]]:
+    settings = settings.replace(redis_wait_replicas=1)
+    await wait_until(cluster_healthy, "the cluster to be healthy")
+    env = {"DELAYQ_REDIS_WAIT_REPLICAS": "1"}
+    procs = [NodeProcess(settings, tmp_path, f"{name}-{i}", env) for i in range(2)]
+    ledger = Ledger()
+    try:
+        async with DelayClient(settings) as client:
+            for proc in procs:
+                await proc.wait_ready()
+            async with reading(collector):
+                load = asyncio.create_task(_load(ledger, client, topic))
+                await asyncio.sleep(2.5)
+                await fault()
+                await load
+            result = await settle(name, ledger, collector, client, redis)
+        for proc in procs:
+            assert proc.returncode is None, f"{proc.name} exited: {proc.log_tail()}"
+    finally:
+        for proc in procs:
+            proc.kill()
+    print(
+        f"[{name}] cancelled {len(ledger.cancelled)}, rescheduled {len(ledger.rescheduled)}, "
+        f"changes with an unknown outcome {ledger.change_failed}"
+    )
+    return result, ledger, procs
+
+
+async def _load(ledger: Ledger, client: DelayClient, topic: str) -> None:
+    """Schedule PER_TICK jobs due 1-4 s ahead every tick; among the jobs scheduled a
+    tick before, cancel some and move others 8 s later."""
+    rng = random.Random(11)
+    end = time.monotonic() + LOAD_S
+    previous: list[str] = []
+    tick = 0
+    while time.monotonic() < end:
+        jobs = [
+            {"topic": topic, "payload": {"tick": tick, "n": n}, "delay": rng.uniform(1.0, 4.0)}
+            for n in range(PER_TICK)
+        ]
+        before = set(ledger.scheduled)
+        await ledger.schedule_many(client, jobs)
+        changes = [ledger.cancel(client, job_id) for job_id in previous[:CHANGES_PER_TICK]] + [
+            ledger.reschedule(client, job_id, int(time.time() * 1000) + 8000)
+            for job_id in previous[CHANGES_PER_TICK : 2 * CHANGES_PER_TICK]
+        ]
+        await asyncio.gather(*changes)
+        previous = sorted(ledger.scheduled - before)
+        tick += 1
+        await asyncio.sleep(TICK_S)
+
+
+@pytest.fixture
+async def healthy_cluster() -> AsyncIterator[None]:
+    await wait_until(cluster_healthy, "the cluster to be healthy", 90)
+    yield
+    # Leave the next test a healthy cluster whatever happened here.
+    await asyncio.to_thread(stack.up)
+    await wait_until(cluster_healthy, "the cluster to be healthy", 90)
+
+
+async def test_graceful_failover(
+    settings: Settings,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
+    healthy_cluster: None,
+) -> None:
+    async def fault() -> None:
+        _, replica = (await pairs())[0]
+        await ensure_master(replica)
+
+    result, ledger, _ = await failover_scenario(
+        "failover-graceful", settings, redis, topic, collector, tmp_path, fault
+    )
+    assert_safe(result, ledger)
+
+
+async def test_kill_the_seed_master(
+    settings: Settings,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
+    healthy_cluster: None,
+) -> None:
+    """kill -9 of the master named first in redis_url; it comes back as a replica."""
+    seed = cluster_ports()[0]
+    await ensure_master(seed)
+
+    async def fault() -> None:
+        replica = dict(await pairs())[seed]
+        os.kill(_pid_of(seed), signal.SIGKILL)
+        await wait_until(lambda: is_master(replica), "the replica to be promoted")
+        await restart_node(seed)
+
+    result, ledger, _ = await failover_scenario(
+        "failover-kill-seed", settings, redis, topic, collector, tmp_path, fault
+    )
+    assert_safe(result, ledger)
+    assert not await is_master(seed)  # back as a replica
+
+
+async def test_lossy_failover(
+    settings: Settings,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
+    healthy_cluster: None,
+) -> None:
+    """The replica is frozen and its link cut, the master takes writes for a second
+    that no replica has, then dies: the promoted replica lacks them."""
+
+    async def fault() -> None:
+        master, replica = (await pairs())[0]
+        replica_pid = _pid_of(replica)
+        os.kill(replica_pid, signal.SIGSTOP)
+        try:
+            admin = Redis(host=HOST, port=master)
+            try:
+                await admin.execute_command("CLIENT", "KILL", "TYPE", "replica")
+            finally:
+                await admin.aclose()
+            await asyncio.sleep(1.0)  # writes only the master has
+            os.kill(_pid_of(master), signal.SIGKILL)
+        finally:
+            os.kill(replica_pid, signal.SIGCONT)
+        await wait_until(lambda: is_master(replica), "the lagging replica to be promoted")
+        await restart_node(master)
+
+    result, ledger, _ = await failover_scenario(
+        "failover-lossy", settings, redis, topic, collector, tmp_path, fault
+    )
+    assert_safe(result, ledger)
+
+
+def _pid_of(port: int) -> int:
+    for svc in stack.services():
+        if svc.port == port:
+            pid = stack.service_pid(svc.name)
+            assert pid is not None, f"{svc.name} is not running"
+            return pid
+    raise AssertionError(f"no cluster node on port {port}")

@@ -59,6 +59,7 @@ from summary import percentile, summarize
 from cluster import DelayClient, Job
 from cluster.config import SECRET_SETTINGS, Settings
 from cluster.kafka_conn import make_admin, make_consumer, start_client
+from cluster.redis_conn import RedisClient, open_redis
 from cluster.sql import parse_mysql_url
 from devstack.databases import create_cluster_database, drop_cluster_database
 from devstack.nodes import NodeProcess
@@ -147,7 +148,7 @@ async def bench_cluster(nodes: int) -> AsyncIterator[Settings]:
     finally:
         await stop_nodes(procs)
         await drop_cluster_database(settings)
-        redis = aioredis.from_url(settings.redis_url)
+        redis = await open_redis(settings)  # a Redis Cluster too
         try:
             await delete_keys(redis, key_pattern(settings))
         finally:
@@ -435,7 +436,7 @@ async def key_usage(redis: aioredis.Redis, pattern: str) -> tuple[int, int]:
     return total, len(keys)
 
 
-async def delete_keys(redis: aioredis.Redis, pattern: str) -> None:
+async def delete_keys(redis: RedisClient, pattern: str) -> None:
     batch: list[bytes] = []
     async for key in redis.scan_iter(match=pattern, count=1000):
         batch.append(key)

@@ -228,8 +228,10 @@ async def test_kill_the_seed_master(
 
     async def fault() -> None:
         replica = dict(await pairs())[seed]
+        killed = time.time()
         os.kill(_pid_of(seed), signal.SIGKILL)
-        await wait_until(lambda: is_master(replica), "the replica to be promoted")
+        promoted = await wait_until(lambda: is_master(replica), "the replica to be promoted")
+        print(f"\n[failover-kill-seed] replica promoted {promoted - killed:.1f} s after the kill")
         await restart_node(seed)
 
     result, ledger, _ = await failover_scenario(
@@ -261,10 +263,14 @@ async def test_lossy_failover(
             finally:
                 await admin.aclose()
             await asyncio.sleep(1.0)  # writes only the master has
+            killed = time.time()
             os.kill(_pid_of(master), signal.SIGKILL)
         finally:
             os.kill(replica_pid, signal.SIGCONT)
-        await wait_until(lambda: is_master(replica), "the lagging replica to be promoted")
+        promoted = await wait_until(
+            lambda: is_master(replica), "the lagging replica to be promoted"
+        )
+        print(f"\n[failover-lossy] replica promoted {promoted - killed:.1f} s after the kill")
         await restart_node(master)
 
     result, ledger, _ = await failover_scenario(

@@ -17,7 +17,7 @@ import pytest
 from cluster import DelayClient, Job
 from cluster.config import Settings
 from cluster.status import read_status
-from tests.conftest import Collector
+from tests.conftest import Collector, wait_for
 from tests.processes import NodeProcess, slots_served_by, start_nodes, wait_served
 
 pytestmark = pytest.mark.slow
@@ -171,8 +171,18 @@ async def test_a_fourth_node_joins_mid_run_and_takes_its_share(
         await collector.until(JOBS // 3, timeout_s=60)
         nodes += await start_nodes(settings, tmp_path, ["node-d"])
         joined_at = time.time()
-        served_at = await wait_served(settings, {*NAMES, "node-d"})
-        share = Counter((await slots_served_by(settings)).values())["node-d"]
+        await wait_served(settings, {*NAMES, "node-d"})
+        # Its slots come one hand-off at a time: until it serves its even share.
+
+        async def served_by_d() -> int:
+            return Counter((await slots_served_by(settings)).values())["node-d"]
+
+        async def has_its_share() -> bool:
+            return await served_by_d() >= settings.slots // 4
+
+        await wait_for(has_its_share, timeout_s=30)
+        share = await served_by_d()
+        served_at = time.time()
         fired = await collect_all(collector, ids, timeout_s=90)
     finally:
         stop_all(nodes)

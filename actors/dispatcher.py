@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from aiokafka import AIOKafkaProducer
 
 from actors import failpoints
+from actors.histogram import LATENESS_BUCKETS_S, Histograms
 from actors.lifecycle import Actor
 from actors.ownership import Ownership
 from actors.publisher import Publisher
@@ -47,6 +48,9 @@ class Sent:
 
     job_id: bytes
     future: asyncio.Future[object]
+    topic: str
+    due_ms: int
+    claimed_ms: int  # Redis clock
 
 
 class Dispatcher(Actor):
@@ -71,6 +75,15 @@ class Dispatcher(Actor):
         self.fired_total = 0
         self.failed_total = 0
         self.unreplicated_acks = 0
+        self.retried_total = 0  # failed publishes given another attempt
+        self.dead_total = 0  # failed publishes that used up their attempts
+        # Metrics, filled a round at a time (actors/histogram.py): records the broker
+        # acknowledged, by topic; broker ack − due per job, by topic; ready → claimed
+        # (from the slot's latest move, a lower bound) per job; claimed → broker ack.
+        self.published_by_topic: Counter[str] = Counter()
+        self.lateness = Histograms(LATENESS_BUCKETS_S)
+        self.claim_lag = Histograms(LATENESS_BUCKETS_S)
+        self.publish_lag = Histograms(LATENESS_BUCKETS_S)
         # Claims older than this are not published (see _claim_and_send).
         self.lease_ms = settings.zk_session_timeout_ms / 2
         self._rounds_in_flight: Counter[int] = Counter()
@@ -147,7 +160,7 @@ class Dispatcher(Actor):
         if any(isinstance(claim, tuple) and claim[1] for claim in claims):
             failpoints.hit("after-claim")
         fires: list[Fire] = []
-        owners: list[tuple[int, bytes]] = []
+        owners: list[tuple[int, bytes, int]] = []  # slot, job id, claimed at
         more: list[int] = []
         # Jobs whose topic allowed_topics does not cover (a producer with other settings
         # wrote them): never published, they fail each attempt and go dead.
@@ -163,6 +176,9 @@ class Dispatcher(Actor):
                 self.scanner.retry_later(slot, int(RETRY_AFTER_ERROR_S * 1000))
                 continue
             now_ms, claimed = claim
+            if claimed:
+                moved_ms = self.scanner.moved_ms.get(slot, now_ms)
+                self.claim_lag.observe((), max(now_ms - moved_ms, 0) / 1000, len(claimed))
             age_ms = self.scanner.redis_now_ms() - now_ms
             if age_ms > self.lease_ms:
                 # This process was paused since the claim: the slot may have moved on.
@@ -183,7 +199,7 @@ class Dispatcher(Actor):
                     )[:500]
                     continue
                 fires.append(fire)
-                owners.append((slot, job.job_id))
+                owners.append((slot, job.job_id, now_ms))
             if len(claimed) == s.claim_batch:
                 more.append(slot)
         if failed:
@@ -199,8 +215,10 @@ class Dispatcher(Actor):
         sent: dict[int, list[Sent]] = defaultdict(list)
         if fires:
             futures = await self.publisher.publish(fires)
-            for (slot, job_id), future in zip(owners, futures, strict=True):
-                sent[slot].append(Sent(job_id, future))
+            for (slot, job_id, claimed_ms), future, fire in zip(
+                owners, futures, fires, strict=True
+            ):
+                sent[slot].append(Sent(job_id, future, fire.topic, fire.due_ms, claimed_ms))
         return sent, more
 
     async def _finish(
@@ -218,6 +236,12 @@ class Dispatcher(Actor):
                 {id(item.future): item.future for items in sent.values() for item in items}.values()
             )
             failed: dict[int, str] = {}
+            acked_at: dict[int, float] = {}  # future → time.time() the broker answered
+            for future in unique:
+                if future.done():
+                    acked_at[id(future)] = time.time()
+                else:
+                    future.add_done_callback(lambda f: acked_at.__setitem__(id(f), time.time()))
             if unique:
                 # The producer may retry a batch for longer than that (an idempotent one
                 # retries forever): past the deadline the jobs are retried by delayq, and
@@ -238,9 +262,10 @@ class Dispatcher(Actor):
                 }
                 if errors:
                     await self._nack(slot, epochs[slot], errors)
-                ok = [item.job_id for item in items if item.job_id not in errors]
+                ok = [item for item in items if item.job_id not in errors]
                 if ok:
-                    published[slot] = ok
+                    published[slot] = [item.job_id for item in ok]
+                    self._observe(ok, acked_at)
             if published:
                 await self._ack(published)
                 failpoints.hit("after-ack")
@@ -249,6 +274,20 @@ class Dispatcher(Actor):
             log.warning("acking a dispatch round failed: %s", exc)
         finally:
             self._round_finished(held, in_flight)
+
+    def _observe(self, published: list[Sent], acked_at: dict[int, float]) -> None:
+        """Count and time jobs the broker acknowledged (the metrics), a batch at a time."""
+        lateness: dict[str, list[float]] = defaultdict(list)
+        publish_s: list[float] = []
+        redis_ms = self.scanner.redis_ms
+        for item in published:
+            at_ms = redis_ms(acked_at[id(item.future)])
+            lateness[item.topic].append((at_ms - item.due_ms) / 1000)
+            publish_s.append((at_ms - item.claimed_ms) / 1000)
+        for topic, values in lateness.items():
+            self.published_by_topic[topic] += len(values)
+            self.lateness.observe_many((topic,), values)
+        self.publish_lag.observe_many((), publish_s)
 
     async def _ack(self, published: dict[int, list[bytes]]) -> None:
         """Ack published jobs (one round trip for all slots); retry the slots whose
@@ -294,7 +333,13 @@ class Dispatcher(Actor):
         for job_id, error in errors.items():
             by_error[error].append(job_id)
         for error, job_ids in by_error.items():
-            log.warning("publishing %d job(s) of slot %d failed: %s", len(job_ids), slot, error)
+            log.warning(
+                "publishing %d job(s) of slot %d failed: %s",
+                len(job_ids),
+                slot,
+                error,
+                extra={"slot": slot, "job_id": job_ids[0].decode(errors="replace")},
+            )
             try:
                 result = await self.scripts.nack(
                     slot,
@@ -308,6 +353,8 @@ class Dispatcher(Actor):
                 self.ownership.lost(slot, epoch)  # the new owner's reaper retries them
                 return
             self.failed_total += len(job_ids)
+            self.retried_total += result.retried
+            self.dead_total += result.dead
             if result.earliest_due_ms != NO_TIME:
                 self.scanner.wake(slot, result.earliest_due_ms)
 

@@ -16,14 +16,20 @@ spawn(): timers end with the body, spawned tasks are awaited, nothing the actor 
 outlives it, and when any of them crashes the others
 are cancelled and run() raises that crash, so the supervisor restarts the whole actor.
 No task of an actor can fail without a word.
+
+Progress: each task of an actor is either waiting for work (in sleep(), next_batch()
+or a `with self.waiting():` block) or busy with a step. busy_for_s() is how long the
+longest step in progress has taken so far; the node's /healthz calls an actor stuck
+when that exceeds stall_timeout_s. An idle actor is not stuck: it has done all it can.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import Any, ClassVar
 
 from actors.queues import SlotQueue, batch_or_stop
@@ -42,13 +48,16 @@ class Actor:
         self._stopping = asyncio.Event()
         self._children: asyncio.TaskGroup | None = None
         self._warned: dict[str, tuple[float, int]] = {}  # message → (last logged, skipped)
+        # Task → time.monotonic() its current step began; absent while it waits for work.
+        self._busy: dict[asyncio.Task[Any], float] = {}
 
     # ----- what subclasses write -----------------------------------------------------
 
     async def body(self) -> None:
         """The actor's main loop; returns once `stopping` (the default waits for it, for
         actors that are only timers)."""
-        await self._stopping.wait()
+        with self.waiting():
+            await self._stopping.wait()
 
     def timers(self) -> Sequence[tuple[float, Tick]]:
         """(interval in seconds, coroutine function) pairs, each run every interval
@@ -62,6 +71,9 @@ class Actor:
         """body(), the timers and the spawned tasks, until stop(); raises the first crash
         of any of them (after cancelling the rest)."""
         self._stopping.clear()
+        body_task = asyncio.current_task()
+        if body_task is not None:
+            self._busy[body_task] = time.monotonic()
         try:
             async with asyncio.TaskGroup() as children:
                 self._children = children
@@ -84,6 +96,7 @@ class Actor:
             raise _first_crash(group) from None
         finally:
             self._children = None
+            self._busy.clear()
 
     def stop(self) -> None:
         """Ask the actor to stop; returns at once (run() returns when it has)."""
@@ -98,16 +111,38 @@ class Actor:
     async def sleep(self, seconds: float) -> bool:
         """Sleep for `seconds` unless stopped first; True while the actor goes on."""
         if seconds > 0 and not self._stopping.is_set():
-            try:
-                async with asyncio.timeout(seconds):
-                    await self._stopping.wait()
-            except TimeoutError:
-                pass
+            with self.waiting():
+                try:
+                    async with asyncio.timeout(seconds):
+                        await self._stopping.wait()
+                except TimeoutError:
+                    pass
         return not self._stopping.is_set()
 
     async def next_batch(self, queue: SlotQueue) -> list[int] | None:
         """Every slot waiting in queue (waiting for the first), or None once stopping."""
-        return await batch_or_stop(queue, self._stopping)
+        with self.waiting():
+            return await batch_or_stop(queue, self._stopping)
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Mark the current task as waiting for work (not busy) inside the block; the
+        next step starts when the block ends."""
+        task = asyncio.current_task()
+        if task is None:
+            yield
+            return
+        self._busy.pop(task, None)
+        try:
+            yield
+        finally:
+            if self._children is not None:  # still running: a new step begins
+                self._busy[task] = time.monotonic()
+
+    def busy_for_s(self) -> float:
+        """How long the longest step now in progress has taken (0 when all wait)."""
+        started = [t for task, t in list(self._busy.items()) if not task.done()]
+        return time.monotonic() - min(started) if started else 0.0
 
     def warn(self, message: str, *args: object, every_s: float = 5.0) -> None:
         """log.warning, at most once per every_s for the same message: a Redis node

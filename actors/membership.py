@@ -58,6 +58,18 @@ WATCHDOG_INTERVAL_S = 0.05
 SUSPEND_GIVE_UP = 0.75
 
 
+def metrics_url(settings: Settings) -> str | None:
+    """Where this node serves /metrics, as `delayq top` reaches it; None when off."""
+    if not settings.metrics_port:
+        return None
+    host = settings.metrics_host
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.gethostname()  # every interface: the name others know it by
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{settings.metrics_port}/metrics"
+
+
 class ClusterConfigError(RuntimeError):
     """This node's settings disagree with the cluster's (e.g. the slot count)."""
 
@@ -91,6 +103,8 @@ class Membership(Actor):
         self.root = settings.zk_cluster_root
         self.zk: ZKClient | None = None
         self.member: str | None = None
+        # The slots the slot map gives this member (it holds them once taken).
+        self.assigned: frozenset[int] = frozenset()
         # slot → znode version of every slot ZooKeeper names this member as owner of;
         # a superset of the held slots (a take whose Redis step failed is here only).
         self._claimed: dict[int, int] = {}
@@ -173,6 +187,7 @@ class Membership(Actor):
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "joined_ms": int(time.time() * 1000),
+                "metrics_url": metrics_url(self.settings),
             }
         )
         path = await self._zk().create(
@@ -180,6 +195,12 @@ class Membership(Actor):
         )
         self.member = path.rsplit("/", 1)[-1]
         log.info("joined cluster %s as %s (node %s)", self.root, self.member, self.settings.node_id)
+
+    def session_state(self) -> str:
+        """The ZooKeeper session's state: connected, suspended, read_only or lost."""
+        if self.zk is None or self.member is None:
+            return str(States.LOST)
+        return str(self.zk.session.state.current_state)
 
     def _zk(self) -> ZKClient:
         if self.zk is None:
@@ -203,11 +224,12 @@ class Membership(Actor):
             except Exception as error:  # ZooKeeper or Redis unreachable: try again soon
                 log.warning("membership: %s: %s", type(error).__name__, error)
             self.held.changed.clear()
-            try:
-                async with asyncio.timeout(RECONCILE_INTERVAL_S):
-                    await self.held.changed.wait()
-            except TimeoutError:
-                pass
+            with self.waiting():
+                try:
+                    async with asyncio.timeout(RECONCILE_INTERVAL_S):
+                        await self.held.changed.wait()
+                except TimeoutError:
+                    pass
         await self.leave()
 
     async def _reconcile(self) -> None:
@@ -225,11 +247,13 @@ class Membership(Actor):
             self.held.drop_all(f"member {self.member} is gone (session expired)")
             self._claimed.clear()  # its claims name a dead member: anyone may take them
             self.member = None
+            self.assigned = frozenset()
             await self._register()
             return
         mine = {
             slot for slot, m in assign(self.settings.slots, members).items() if m == self.member
         }
+        self.assigned = frozenset(mine)
         for slot in sorted(set(self._claimed) - mine):
             await self._release(slot)
         for slot in sorted(mine - self.held.owned()):
@@ -253,7 +277,7 @@ class Membership(Actor):
         path = f"{self.root}/slots/{slot}"
         try:
             await self._zk().set(path, orjson.dumps({"owner": None}), version=version)
-            log.info("released slot %d (epoch %d)", slot, version)
+            log.info("released slot %d (epoch %d)", slot, version, extra={"slot": slot})
         except exc.BadVersion:
             pass  # someone took it already: nothing of ours to release
         self._claimed.pop(slot, None)
@@ -298,7 +322,9 @@ class Membership(Actor):
         if self.member is None or self.stopping:
             return
         self.held.hold(slot, epoch)
-        log.info("took slot %d (epoch %d, previous owner %s)", slot, epoch, owner)
+        log.info(
+            "took slot %d (epoch %d, previous owner %s)", slot, epoch, owner, extra={"slot": slot}
+        )
         self.on_acquired(slot)
 
     async def _watch_session(self) -> None:

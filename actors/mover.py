@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from actors import failpoints
+from actors.histogram import LATENESS_BUCKETS_S, Histograms
 from actors.lifecycle import Actor
 from actors.ownership import Ownership
 from actors.queues import SlotQueue
@@ -42,6 +43,9 @@ class Mover(Actor):
         self.dispatch_queue = dispatch_queue
         self.batch = batch
         self.moved_total = 0
+        # Due → moved, in seconds: each move run's most overdue job, once per job moved
+        # (an upper bound for the others of the run).
+        self.move_lag = Histograms(LATENESS_BUCKETS_S)
 
     async def body(self) -> None:
         while (slots := await self.next_batch(self.inbox)) is not None:
@@ -49,6 +53,8 @@ class Mover(Actor):
 
     async def move(self, slots: list[int]) -> None:
         """Move every given slot in one pipelined round trip (one script run each)."""
+        if failpoints.STALL_FILE:
+            await failpoints.stall(self.name)
         held = [(slot, self.ownership.epoch(slot)) for slot in slots if self.ownership.owns(slot)]
         if not held:
             return
@@ -73,7 +79,11 @@ class Mover(Actor):
                 failed += 1
                 self.scanner.retry_later(slot, RETRY_AFTER_ERROR_MS)
                 continue
-            self.moved_total += result.moved
+            if result.moved:
+                self.moved_total += result.moved
+                self.scanner.moved_ms[slot] = result.now_ms
+                lag_s = max(result.now_ms - result.first_due_ms, 0) / 1000
+                self.move_lag.observe((), lag_s, result.moved)
             self.scanner.report(slot, result.next_due_ms, result.now_ms)
             if result.ready:
                 await self.dispatch_queue.put(slot)

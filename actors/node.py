@@ -38,6 +38,7 @@ from actors.queues import SlotQueue
 from actors.reaper import RetryReaper
 from actors.reconciler import Reconciler
 from actors.recorder import Recorder
+from actors.sampler import Sampler
 from actors.scanner import SlotScanner
 from actors.supervisor import Supervisor
 from actors.wake_listener import WakeListener
@@ -79,6 +80,7 @@ class NodeParts:
     reaper: RetryReaper
     recorder: Recorder
     reconciler: Reconciler
+    sampler: Sampler
     supervisor: Supervisor
 
 
@@ -129,6 +131,12 @@ class Node:
             parts.supervisor.start()
             resources.push_async_callback(parts.supervisor.stop)
             self.parts = parts
+            if s.metrics_port:
+                from actors.metrics import MetricsServer  # aiohttp: only when serving
+
+                server = MetricsServer(s, self)
+                await server.start()
+                resources.push_async_callback(server.stop)
             self._resources = resources.pop_all()
         log.info("node %s started: %d slots, kafka %s", s.node_id, s.slots, s.kafka_bootstrap)
 
@@ -173,6 +181,7 @@ class Node:
         )
         listener = WakeListener(s, redis, self.keys.wake_channel, held, scanner)
         reconciler = Reconciler(s, self.mysql, scripts, held, reconcile_queue)
+        sampler = Sampler(s, redis, self.keys, self.mysql, producer, held)
 
         def acquired(slot: int) -> None:
             scanner.wake(slot, 0)
@@ -184,7 +193,17 @@ class Node:
         # Stop order: sources of work first, finishers last; membership releases the
         # slots once everything else is done with them.
         supervisor = Supervisor(
-            [listener, reconciler, scanner, mover, dispatcher, reaper, recorder, membership]
+            [
+                sampler,
+                listener,
+                reconciler,
+                scanner,
+                mover,
+                dispatcher,
+                reaper,
+                recorder,
+                membership,
+            ]
         )
         return NodeParts(
             redis,
@@ -197,6 +216,7 @@ class Node:
             reaper,
             recorder,
             reconciler,
+            sampler,
             supervisor,
         )
 

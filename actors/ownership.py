@@ -60,6 +60,7 @@ class HeldSlots:
     def __init__(self) -> None:
         self._held: dict[int, int] = {}
         self.changed = asyncio.Event()
+        self.fenced_total = 0  # script runs refused because another node took the slot
 
     def owned(self) -> frozenset[int]:
         return frozenset(self._held)
@@ -72,8 +73,14 @@ class HeldSlots:
 
     def lost(self, slot: int, epoch: int) -> None:
         if self._held.get(slot) == epoch:
+            self.fenced_total += 1
             del self._held[slot]
-            log.warning("slot %d: epoch %d is fenced, another node owns it now", slot, epoch)
+            log.warning(
+                "slot %d: epoch %d is fenced, another node owns it now",
+                slot,
+                epoch,
+                extra={"slot": slot},
+            )
             self.changed.set()
 
     def hold(self, slot: int, epoch: int) -> None:

@@ -51,6 +51,8 @@ class SlotScanner(Actor):
         self._clock_offset_ms = clock_offset_ms  # a skewed node clock, for fault tests
         self._offset_ms = 0.0  # Redis clock minus local clock
         self._next_safety = 0.0  # time.monotonic() of the next safety wake
+        # Slot → Redis ms the mover last moved jobs of it (the claim-stage metric).
+        self.moved_ms: dict[int, int] = {}
 
     # ----- notifications (never block; safe from any actor) ----------------------------
 
@@ -88,6 +90,10 @@ class SlotScanner(Actor):
     def redis_now_ms(self) -> float:
         return self._local_ms() + self._offset_ms
 
+    def redis_ms(self, wall_s: float) -> float:
+        """A time.time() reading on the Redis clock, in ms."""
+        return wall_s * 1000 + self._clock_offset_ms + self._offset_ms
+
     # ----- the loop -------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -110,11 +116,12 @@ class SlotScanner(Actor):
                 wait_s = min(wait_s, (self._heap[0][0] - self.redis_now_ms()) / 1000)
             if wait_s > 0:
                 self._notified.clear()
-                try:
-                    async with asyncio.timeout(wait_s):
-                        await self._notified.wait()
-                except TimeoutError:
-                    pass
+                with self.waiting():
+                    try:
+                        async with asyncio.timeout(wait_s):
+                            await self._notified.wait()
+                    except TimeoutError:
+                        pass
 
     async def _send_due(self, now: float) -> None:
         while self._heap and self._heap[0][0] <= now and not self.stopping:

@@ -61,6 +61,12 @@ class Supervisor:
                 self._keep_running(actor), name=actor.name
             )
 
+    def running(self, name: str) -> bool:
+        """Whether the actor's supervising task is alive (a crashed actor waiting for its
+        restart counts as running; one the supervisor gave up on does not)."""
+        task = self._tasks.get(name)
+        return task is not None and not task.done()
+
     async def wait(self) -> None:
         """Returns when every actor has stopped; raises SupervisorGaveUp if one kept
         crashing (after stopping the others)."""

@@ -84,7 +84,8 @@ class WakeListener(Actor):
             for slot in self.ownership.owned():
                 self.scanner.wake(slot, 0)
             while not self.stopping:
-                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
+                with self.waiting():
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
                 if message is not None:
                     self._on_message(message["data"])
         finally:

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from cluster.config import ConfigError, Settings
+from cluster.logs import TEXT_FORMAT, configure_logging
 
 
 def _positive_int(text: str) -> int:
@@ -138,6 +139,16 @@ def _parser() -> argparse.ArgumentParser:
         help="write this file (JSON: node_id, member, pid) once the node has started, and "
         "delete it when the node stops: a readiness signal for supervisors and scripts",
     )
+    node.add_argument(
+        "--check",
+        nargs="?",
+        const="all",
+        choices=["live", "ready", "all"],
+        help="do not run a node: ask the node running with these settings on this machine "
+        "(its metrics_port) whether it is healthy (live: /healthz), ready (ready: /readyz) "
+        "or both (all, the default), print the answer and exit 0 if yes, 1 if not or if it "
+        "does not answer, 2 if metrics_port is 0: for liveness and readiness probes",
+    )
 
     cluster = commands.add_parser(
         "cluster",
@@ -208,9 +219,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=args.log_level, format=TEXT_FORMAT)
     if args.command == "services":
         try:
             from devstack import stack
@@ -234,10 +243,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"delayq: configuration error: {exc}", file=sys.stderr)
         return 2
+    configure_logging(args.log_level, settings.log_format, settings.node_id)
     try:
         if args.command == "db":
             return _run(_migrate(settings))
         if args.command == "node":
+            if args.check:
+                from cluster.node_check import check_node
+
+                return check_node(settings, args.check)
             from actors.node import run_node
 
             ready_file = Path(args.ready_file) if args.ready_file else None

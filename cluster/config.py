@@ -147,6 +147,25 @@ class Settings:
     # nodes never publish to, a topic that matches none. Empty: any valid topic.
     allowed_topics: str = ""
 
+    # Operations (docs/operations.md).
+    # The port of the node's /metrics, /healthz and /readyz; 0: none of them.
+    metrics_port: int = 0
+    metrics_host: str = "0.0.0.0"
+    # How often a node samples its slots' depths and checks Redis, MySQL and Kafka.
+    stats_interval_ms: int = 2000
+    # An actor busy with one step for longer than this is stuck (/healthz answers 503).
+    stall_timeout_s: float = 60.0
+    # /readyz wants Redis, MySQL and Kafka to have answered within this long.
+    ready_timeout_s: float = 15.0
+    # Fired and cancelled jobs (rows and history) older than this are deleted by the
+    # node owning their slot, in batches of retention_batch; 0: keep them forever.
+    retention_days: float = 7.0
+    retention_interval_s: float = 60.0
+    retention_batch: int = 1000
+    # "text", or "json": one JSON object per line with node id, and slot and job id
+    # where they apply.
+    log_format: str = "text"
+
     def __post_init__(self) -> None:
         self.validate()
 
@@ -196,6 +215,20 @@ class Settings:
                 "allowed_topics must be comma-separated fnmatch patterns without empty "
                 f"ones, or empty for any topic; got {self.allowed_topics!r}"
             )
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"metrics_port must be 0 (off) to 65535, got {self.metrics_port}")
+        for name in ("stats_interval_ms", "retention_batch"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("stall_timeout_s", "ready_timeout_s", "retention_interval_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not self.retention_days >= 0:
+            raise ConfigError(
+                f"retention_days must be >= 0 (0: keep forever), got {self.retention_days}"
+            )
+        if self.log_format not in ("text", "json"):
+            raise ConfigError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
         if self.redis_wait_replicas < 0:
             raise ConfigError(f"redis_wait_replicas must be >= 0, got {self.redis_wait_replicas}")
         if self.redis_wait_timeout_ms < 1:

@@ -49,6 +49,7 @@ class MoveResult:
     next_due_ms: int  # NO_TIME when the slot is empty
     now_ms: int
     ready: int  # length of the ready list after the move
+    first_due_ms: int  # due time of the most overdue job moved; NO_TIME when none
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def cancel_result(reply: list[Any]) -> CancelResult:
 
 
 def move_result(reply: list[Any]) -> MoveResult:
-    return MoveResult(int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]))
+    return MoveResult(int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]))
 
 
 def retry_result(reply: list[Any]) -> RetryResult:

@@ -1,11 +1,13 @@
 """`delayq cluster status`: members, the slot map, per-slot depth and the oldest overdue job.
 
-Reads ZooKeeper (members, slot owners and epochs) and Redis (one pipelined round trip
-for the depths of every slot); changes nothing.
+Reads ZooKeeper (members, slot owners and epochs) and Redis (pipelined round trips for
+the depths of every slot; a node samples its own slots with the same slot_depths());
+changes nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -15,7 +17,7 @@ from aiozk import exc
 from cluster.config import Settings
 from cluster.contract import member_id
 from cluster.keys import KeySpace
-from cluster.redis_conn import open_redis
+from cluster.redis_conn import RedisClient, open_redis
 from cluster.zk_conn import no_auth_error, open_zk
 
 
@@ -78,47 +80,81 @@ async def read_status(settings: Settings) -> ClusterStatus:
         slots,
         members,
         [
-            SlotStatus(slot, owner, node if owner else None, epoch, *depths[slot])
+            SlotStatus(
+                slot,
+                owner,
+                node if owner else None,
+                epoch,
+                depths[slot].epoch,
+                depths[slot].delay,
+                depths[slot].ready,
+                depths[slot].inflight,
+                depths[slot].dead,
+                depths[slot].overdue_ms,
+            )
             for slot, (owner, node, epoch) in enumerate(owners)
         ],
     )
 
 
-async def _depths(settings: Settings, slots: int) -> list[tuple[int, int, int, int, int, int]]:
-    """Per slot: (redis epoch, delay, ready, inflight, dead, overdue ms)."""
-    keys = KeySpace(settings.key_prefix)
-    redis = await open_redis(settings)
-    try:
-        seconds, micros = await redis.time()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
-        pipe = redis.pipeline(transaction=False)
-        for slot in range(slots):
-            k = keys.slot(slot)
-            pipe.get(k.owner)
-            pipe.zcard(k.delay)
-            pipe.llen(k.ready)
-            pipe.zcard(k.inflight)
-            pipe.zcard(k.dead)
-            pipe.zrange(k.delay, 0, 0, withscores=True)
-            pipe.lindex(k.ready, 0)
-        replies = await pipe.execute()
-        # The head of a ready list is due already; its due time is in its envelope.
-        heads = {slot: replies[slot * 7 + 6] for slot in range(slots) if replies[slot * 7 + 6]}
-        pipe = redis.pipeline(transaction=False)
-        for slot, member in heads.items():
-            pipe.hget(keys.slot(slot).jobs, member_id(member))
-        envelopes = dict(zip(heads, await pipe.execute(), strict=True))
-    finally:
-        await redis.aclose()
-    result = []
-    for slot in range(slots):
-        epoch, delay, ready, inflight, dead, head, _ = replies[slot * 7 : slot * 7 + 7]
+@dataclass(frozen=True, slots=True)
+class SlotDepth:
+    """What one slot holds in Redis right now."""
+
+    epoch: int  # the owner key in Redis (fencing)
+    delay: int
+    ready: int
+    inflight: int
+    dead: int
+    journal: int  # outcomes waiting to be written to MySQL
+    overdue_ms: int  # how late its most overdue unfired job is already (0 when none)
+
+
+async def slot_depths(
+    redis: RedisClient, keys: KeySpace, slots: Iterable[int]
+) -> dict[int, SlotDepth]:
+    """The depth of each given slot: two pipelined round trips for all of them."""
+    slots = list(slots)
+    seconds, micros = await redis.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    pipe = redis.pipeline(transaction=False)
+    for slot in slots:
+        k = keys.slot(slot)
+        pipe.get(k.owner)
+        pipe.zcard(k.delay)
+        pipe.llen(k.ready)
+        pipe.zcard(k.inflight)
+        pipe.zcard(k.dead)
+        pipe.llen(k.done)
+        pipe.zrange(k.delay, 0, 0, withscores=True)
+        pipe.lindex(k.ready, 0)
+    replies = await pipe.execute()
+    per = len(replies) // len(slots) if slots else 0
+    rows = dict(
+        zip(slots, (replies[i * per : i * per + per] for i in range(len(slots))), strict=True)
+    )
+    # The head of a ready list is due already; its due time is in its envelope.
+    heads = {slot: row[-1] for slot, row in rows.items() if row[-1]}
+    pipe = redis.pipeline(transaction=False)
+    for slot, member in heads.items():
+        pipe.hget(keys.slot(slot).jobs, member_id(member))
+    envelopes = dict(zip(heads, await pipe.execute(), strict=True)) if heads else {}
+    result = {}
+    for slot, (epoch, delay, ready, inflight, dead, journal, head, _) in rows.items():
         due_times = [int(head[0][1])] if head else []
         if envelopes.get(slot):
             due_times.append(int(envelopes[slot].split(b"|", 3)[2]))
         overdue = max((now_ms - due for due in due_times if due <= now_ms), default=0)
-        result.append((int(epoch or 0), delay, ready, inflight, dead, overdue))
+        result[slot] = SlotDepth(int(epoch or 0), delay, ready, inflight, dead, journal, overdue)
     return result
+
+
+async def _depths(settings: Settings, slots: int) -> dict[int, SlotDepth]:
+    redis = await open_redis(settings)
+    try:
+        return await slot_depths(redis, KeySpace(settings.key_prefix), range(slots))
+    finally:
+        await redis.aclose()
 
 
 def render(status: ClusterStatus) -> str:

@@ -59,6 +59,14 @@ def ensure_packages(*, secure: bool = False) -> None:
     missing = _missing_packages(secure)
     if not missing:
         return
+    apt_install(missing)
+    still = _missing_packages(secure)
+    if still:
+        raise ServicesError(f"apt-get ran but these are still missing: {' '.join(still)}")
+
+
+def apt_install(missing: list[str]) -> None:
+    """apt-get install these packages (as root), or raise an error saying how to."""
     install = f"DEBIAN_FRONTEND=noninteractive apt-get install -y {' '.join(missing)}"
     if os.geteuid() != 0:
         raise ServicesError(
@@ -78,6 +86,11 @@ def ensure_packages(*, secure: bool = False) -> None:
         done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, check=False)
         if done.returncode != 0:
             raise ServicesError(f"`{shlex.join(command)}` failed with exit {done.returncode}")
-    still = _missing_packages(secure)
-    if still:
-        raise ServicesError(f"apt-get ran but these are still missing: {' '.join(still)}")
+
+
+def ensure_prometheus() -> str:
+    """The path of the prometheus server (Debian's package `prometheus`, which also has
+    promtool), installed when missing: tests scrape a node with it."""
+    if find_program("prometheus") is None or find_program("promtool") is None:
+        apt_install(["prometheus"])
+    return require_program("prometheus", "prometheus")

@@ -3,9 +3,10 @@
 -- the seq against the envelope, so a cancel or reschedule never has to search the list.
 -- KEYS[1] owner key   KEYS[2] delay zset   KEYS[3] ready list
 -- ARGV[1] epoch   ARGV[2] limit (max jobs moved by this call)
--- Returns {moved, next_due_ms, now_ms, ready_length}: next_due_ms is the earliest
--- remaining due time, now_ms when more are due already (moved == limit), or NO_TIME
--- when the zset is empty.
+-- Returns {moved, next_due_ms, now_ms, ready_length, first_due_ms}: next_due_ms is the
+-- earliest remaining due time, now_ms when more are due already (moved == limit), or
+-- NO_TIME when the zset is empty; first_due_ms is the due time of the most overdue job
+-- moved (NO_TIME when none was), for the node's metrics.
 -- "Due" is judged by the Redis server clock (TIME), never the caller's.
 -- Error ERROR_FENCED when ARGV[1] is not the slot's current epoch.
 --@include fence
@@ -17,6 +18,8 @@ local limit = tonumber(ARGV[2])
 local now = now_ms()
 local members = redis.call('ZRANGEBYSCORE', delay, '-inf', now, 'LIMIT', 0, limit)
 local moved = #members
+local first_due = NO_TIME
+if moved > 0 then first_due = tonumber(redis.call('ZSCORE', delay, members[1])) end
 local chunk = 500
 for i = 1, moved, chunk do
   local last = math.min(i + chunk - 1, moved)
@@ -30,4 +33,4 @@ else
   local head = head_score(delay)
   if head then next_due = head end
 end
-return {moved, next_due, now, redis.call('LLEN', ready)}
+return {moved, next_due, now, redis.call('LLEN', ready), first_due}

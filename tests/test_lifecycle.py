@@ -132,3 +132,56 @@ async def test_sleep_ends_at_stop() -> None:
     actor.stop()
     assert await asyncio.wait_for(sleeper, 5) is False
     await asyncio.wait_for(task, 5)
+
+
+class Stepper(Actor):
+    """Waits for work on `go`, then is busy until `done` is set."""
+
+    name = "stepper"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+        self.done = asyncio.Event()
+        self.in_step = asyncio.Event()
+
+    async def body(self) -> None:
+        while not self.stopping:
+            with self.waiting():
+                await self.go.wait()
+            self.go.clear()
+            if self.stopping:
+                return
+            self.in_step.set()
+            await self.done.wait()  # a step that does not end: "stuck"
+            self.done.clear()
+            self.in_step.clear()
+
+
+async def test_an_actor_waiting_for_work_is_not_busy_and_a_long_step_is() -> None:
+    actor = Stepper()
+    task = asyncio.create_task(actor.run())
+    await asyncio.sleep(0.02)
+    assert actor.busy_for_s() == 0  # waiting for work: idle, not stuck
+    actor.go.set()
+    await actor.in_step.wait()
+    await asyncio.sleep(0.05)
+    assert actor.busy_for_s() >= 0.05
+    actor.done.set()
+    await until(lambda: not actor.in_step.is_set())
+    await asyncio.sleep(0.01)
+    assert actor.busy_for_s() == 0
+    actor.stop()
+    actor.go.set()
+    await task
+    assert actor.busy_for_s() == 0
+
+
+async def test_sleeping_and_timers_between_ticks_are_not_busy() -> None:
+    actor = Ticker()
+    actor.timers = lambda: [(10.0, actor.tick)]  # type: ignore[method-assign]
+    task = asyncio.create_task(actor.run())
+    await asyncio.sleep(0.05)
+    assert actor.busy_for_s() == 0  # the default body waits for stop; the timer sleeps
+    actor.stop()
+    await task

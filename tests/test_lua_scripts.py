@@ -174,6 +174,7 @@ async def test_move_takes_only_due_jobs_and_reports_next(
     assert result.moved == 1
     assert result.next_due_ms == now + HOUR_MS
     assert result.ready == 1
+    assert result.first_due_ms == now - 1000  # the most overdue job moved
     assert abs(result.now_ms - now) < 60_000  # Redis TIME, same machine
     assert await ready_ids(redis, k) == [b"past"]
 

@@ -47,6 +47,10 @@ def test_env_overrides_toml_overrides_defaults(tmp_path: Path) -> None:
         ({"DELAYQ_KAFKA_DELIVERY_TIMEOUT_MS": "1000"}, "at least kafka_request_timeout_ms"),
         ({"DELAYQ_KEY_PREFIX": "a{b}"}, "braces"),
         ({"DELAYQ_CONFIG": "/nonexistent/delayq.toml"}, "not found"),
+        ({"DELAYQ_METRICS_PORT": "70000"}, "metrics_port"),
+        ({"DELAYQ_STALL_TIMEOUT_S": "0"}, "stall_timeout_s"),
+        ({"DELAYQ_RETENTION_DAYS": "-1"}, "retention_days"),
+        ({"DELAYQ_LOG_FORMAT": "xml"}, "log_format"),
     ],
 )
 def test_bad_settings(env: dict[str, str], message: str) -> None:
@@ -188,3 +192,32 @@ async def test_scanner_keeps_a_wake_that_arrives_during_a_move() -> None:
     assert await asyncio.wait_for(queue.get(), 1) == 0
     scanner.stop()
     await asyncio.wait_for(task, 1)
+
+
+def test_batch_histograms_match_prometheus_buckets() -> None:
+    from actors.histogram import Histograms
+
+    h = Histograms((0.01, 0.1, 1.0))
+    h.observe_many(("a",), [0.005, 0.01, 0.05, 2.0])  # 0.01 belongs to le="0.01"
+    h.observe(("a",), 0.5, count=3)
+    h.observe(("b",), -0.001)  # a clock step: the first bucket, never lost
+    series = {labels: (buckets, total) for labels, buckets, total in h.cumulative()}
+    buckets, total = series[("a",)]
+    assert buckets == [("0.01", 2), ("0.1", 3), ("1.0", 6), ("+Inf", 7)]
+    assert total == pytest.approx(0.005 + 0.01 + 0.05 + 2.0 + 1.5)
+    assert series[("b",)][0][0] == ("0.01", 1)
+
+
+def test_json_log_lines() -> None:
+    import logging
+
+    from cluster.logs import JsonFormatter
+
+    record = logging.LogRecord(
+        "actors.x", logging.WARNING, __file__, 1, "slot %d: %s", (7, "x"), None
+    )
+    record.slot = 7
+    line = orjson.loads(JsonFormatter("node-a").format(record))
+    assert line["msg"] == "slot 7: x" and line["slot"] == 7 and line["node_id"] == "node-a"
+    assert line["level"] == "WARNING" and line["ts"].endswith("+00:00")
+    assert "job_id" not in line

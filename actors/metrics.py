@@ -1,0 +1,305 @@
+"""The node's HTTP endpoint: /metrics (Prometheus), /healthz and /readyz.
+
+    server = MetricsServer(settings, node)
+    await server.start()    # serves on metrics_host:metrics_port (metrics_port > 0)
+    ...
+    await server.stop()
+
+Every figure is read from the actors when Prometheus scrapes, so the hot path only
+bumps plain integers and fills the batch histograms of actors/histogram.py; nothing
+here runs per job. docs/operations.md lists the metrics; ops/ has the dashboard and
+the alert rules built on them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, ProcessCollector, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from actors.health import Verdict, busy_s, liveness, readiness
+from actors.histogram import Histograms
+from cluster.config import ConfigError, Settings
+
+if TYPE_CHECKING:
+    from actors.node import Node, NodeParts
+
+log = logging.getLogger(__name__)
+
+# Every delayq_* series a node exposes (histograms by their base name); the dashboard
+# and alert rules in ops/ may use only these (tests/test_ops_files.py).
+METRIC_NAMES = frozenset(
+    {
+        "delayq_jobs_fired_total",
+        "delayq_jobs_moved_total",
+        "delayq_publish_failures_total",
+        "delayq_jobs_retried_total",
+        "delayq_jobs_dead_total",
+        "delayq_fenced_total",
+        "delayq_jobs_readded_total",
+        "delayq_jobs_loaded_total",
+        "delayq_journal_recorded_total",
+        "delayq_actor_restarts_total",
+        "delayq_retention_deleted_total",
+        "delayq_fire_lateness_seconds",
+        "delayq_stage_seconds",
+        "delayq_cluster_slots",
+        "delayq_slots_owned",
+        "delayq_slot_jobs",
+        "delayq_overdue_seconds",
+        "delayq_journal_backlog",
+        "delayq_zk_connected",
+        "delayq_actor_progress_age_seconds",
+        "delayq_store_last_ok_seconds",
+        "delayq_healthy",
+        "delayq_ready",
+        "delayq_node_info",
+    }
+)
+
+
+class NodeCollector(Collector):
+    """Reads a running node's actors at scrape time."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def collect(self) -> Iterator[Metric]:
+        parts = self.node.parts
+        if parts is None:
+            return
+        yield from _counters(parts)
+        yield from _histograms(parts)
+        yield from _gauges(parts, self.node.settings)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def _counters(p: NodeParts) -> Iterator[Metric]:
+    fired = CounterMetricFamily(
+        "delayq_jobs_fired",
+        "Jobs published to Kafka and acknowledged by the broker (a duplicate counts again).",
+        labels=["topic"],
+    )
+    for topic, count in sorted(p.dispatcher.published_by_topic.items()):
+        fired.add_metric([topic], count)
+    yield fired
+    yield _counter("delayq_jobs_moved", "Jobs moved from delay to ready.", p.mover.moved_total)
+    yield _counter(
+        "delayq_publish_failures",
+        "Jobs whose publish attempt failed (retried, or dead when out of attempts).",
+        p.dispatcher.failed_total,
+    )
+    yield _counter(
+        "delayq_jobs_retried",
+        "Retries scheduled: failed publishes and in-flight jobs whose deadline passed.",
+        p.reaper.retried_total + p.dispatcher.retried_total,
+    )
+    yield _counter(
+        "delayq_jobs_dead",
+        "Jobs that used up their attempts (dead letters).",
+        p.reaper.dead_total + p.dispatcher.dead_total,
+    )
+    yield _counter(
+        "delayq_fenced",
+        "Script runs Redis refused because another node took the slot (epoch fencing).",
+        p.held.fenced_total,
+    )
+    yield _counter(
+        "delayq_jobs_readded",
+        "Jobs re-added to Redis from MySQL by the reconciler: what Redis had lost.",
+        p.reconciler.readded_total,
+    )
+    yield _counter(
+        "delayq_jobs_loaded",
+        "Jobs loaded from MySQL into Redis as they came within redis_horizon_ms.",
+        p.reconciler.loaded_total,
+    )
+    yield _counter(
+        "delayq_journal_recorded",
+        "Outcome journal entries (fired, retrying, dead) written to MySQL.",
+        p.recorder.recorded_total,
+    )
+    restarts = CounterMetricFamily(
+        "delayq_actor_restarts", "Restarts of a crashed actor by the supervisor.", labels=["actor"]
+    )
+    for actor, count in sorted(p.supervisor.restarts.items()):
+        restarts.add_metric([actor], count)
+    yield restarts
+    deleted = CounterMetricFamily(
+        "delayq_retention_deleted",
+        "Rows of fired and cancelled jobs deleted by retention.",
+        labels=["table"],
+    )
+    retention = getattr(p, "retention", None)  # TEMP until wired
+    if retention is not None:
+        deleted.add_metric(["jobs"], retention.deleted_jobs_total)
+        deleted.add_metric(["history"], retention.deleted_history_total)
+    yield deleted
+
+
+def _add(family: HistogramMetricFamily, histograms: Histograms, *extra: str) -> None:
+    for labels, buckets, total in histograms.cumulative():
+        family.add_metric([*labels, *extra], buckets, total)
+
+
+def _histograms(p: NodeParts) -> Iterator[Metric]:
+    lateness = HistogramMetricFamily(
+        "delayq_fire_lateness_seconds",
+        "Broker acknowledgement time minus due time, per fired job (Redis clock).",
+        labels=["topic"],
+    )
+    _add(lateness, p.dispatcher.lateness)
+    yield lateness
+    stages = HistogramMetricFamily(
+        "delayq_stage_seconds",
+        "Per job: move = due to moved to ready (the move run's most overdue job); "
+        "claim = ready to claimed (from the slot's latest move); publish = claimed to "
+        "acknowledged by the broker.",
+        labels=["stage"],
+    )
+    _add(stages, p.mover.move_lag, "move")
+    _add(stages, p.dispatcher.claim_lag, "claim")
+    _add(stages, p.dispatcher.publish_lag, "publish")
+    yield stages
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _gauges(p: NodeParts, settings: Settings) -> Iterator[Metric]:
+    yield _gauge("delayq_cluster_slots", "Slots of the cluster.", settings.slots)
+    yield _gauge("delayq_slots_owned", "Slots this node holds now.", len(p.held.owned()))
+    depth = GaugeMetricFamily(
+        "delayq_slot_jobs",
+        "Jobs per owned slot and state, sampled every stats_interval_ms.",
+        labels=["slot", "state"],
+    )
+    for slot, d in sorted(p.sampler.depths.items()):
+        for state, count in (
+            ("delay", d.delay),
+            ("ready", d.ready),
+            ("inflight", d.inflight),
+            ("dead", d.dead),
+        ):
+            depth.add_metric([str(slot), state], count)
+    yield depth
+    yield _gauge(
+        "delayq_overdue_seconds",
+        "How late the most overdue unfired job of this node's slots already is.",
+        p.sampler.overdue_s(),
+    )
+    yield _gauge(
+        "delayq_journal_backlog",
+        "Outcome journal entries waiting to be written to MySQL.",
+        p.sampler.journal_backlog(),
+    )
+    yield _gauge(
+        "delayq_zk_connected",
+        "1 while this node is a member with a connected ZooKeeper session.",
+        1 if p.membership.session_state() == "connected" else 0,
+    )
+    busy = GaugeMetricFamily(
+        "delayq_actor_progress_age_seconds",
+        "How long an actor has been busy with its current step (0: waiting for work).",
+        labels=["actor"],
+    )
+    for actor, seconds in sorted(busy_s(p).items()):
+        busy.add_metric([actor], seconds)
+    yield busy
+    stores = GaugeMetricFamily(
+        "delayq_store_last_ok_seconds",
+        "Seconds since the store last answered the node's check (absent: not yet).",
+        labels=["store"],
+    )
+    for store, age in p.sampler.store_ages_s().items():
+        if age is not None:
+            stores.add_metric([store], age)
+    yield stores
+    yield _gauge("delayq_healthy", "1 when /healthz answers 200.", liveness(p, settings).ok)
+    yield _gauge("delayq_ready", "1 when /readyz answers 200.", readiness(p, settings).ok)
+    info = GaugeMetricFamily(
+        "delayq_node_info", "The node's id and cluster member name.", labels=["node_id", "member"]
+    )
+    info.add_metric([settings.node_id, p.membership.member or ""], 1)
+    yield info
+
+
+class MetricsServer:
+    """/metrics, /healthz and /readyz of one node, on metrics_host:metrics_port."""
+
+    def __init__(self, settings: Settings, node: Node) -> None:
+        self.settings = settings
+        self.node = node
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(NodeCollector(node))
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total and friends
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.metrics_host, self.settings.metrics_port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise ConfigError(
+                f"cannot serve metrics on {self.settings.metrics_host}:"
+                f"{self.settings.metrics_port} (metrics_host, metrics_port): {exc.strerror}"
+            ) from exc
+        self._runner = runner
+        log.info(
+            "metrics on http://%s:%d/metrics (/healthz, /readyz)",
+            self.settings.metrics_host,
+            self.settings.metrics_port,
+        )
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        parts = self.node.parts
+        if parts is None:
+            return _answer(Verdict(False, ["the node is starting or stopping"]), "ok", "unhealthy")
+        return _answer(liveness(parts, self.settings), "ok", "unhealthy")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        parts = self.node.parts
+        if parts is None:
+            return _answer(
+                Verdict(False, ["the node is starting or stopping"]), "ready", "not ready"
+            )
+        return _answer(readiness(parts, self.settings), "ready", "not ready")
+
+
+def _answer(verdict: Verdict, passing: str, failing: str) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(verdict.as_dict(passing, failing), option=orjson.OPT_INDENT_2),
+        status=200 if verdict.ok else 503,
+        content_type="application/json",
+    )

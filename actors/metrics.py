@@ -144,10 +144,8 @@ def _counters(p: NodeParts) -> Iterator[Metric]:
         "Rows of fired and cancelled jobs deleted by retention.",
         labels=["table"],
     )
-    retention = getattr(p, "retention", None)  # TEMP until wired
-    if retention is not None:
-        deleted.add_metric(["jobs"], retention.deleted_jobs_total)
-        deleted.add_metric(["history"], retention.deleted_history_total)
+    deleted.add_metric(["jobs"], p.retention.deleted_jobs_total)
+    deleted.add_metric(["history"], p.retention.deleted_history_total)
     yield deleted
 
 

@@ -38,6 +38,7 @@ from actors.queues import SlotQueue
 from actors.reaper import RetryReaper
 from actors.reconciler import Reconciler
 from actors.recorder import Recorder
+from actors.retention import Retention
 from actors.sampler import Sampler
 from actors.scanner import SlotScanner
 from actors.supervisor import Supervisor
@@ -81,6 +82,7 @@ class NodeParts:
     recorder: Recorder
     reconciler: Reconciler
     sampler: Sampler
+    retention: Retention
     supervisor: Supervisor
 
 
@@ -182,6 +184,7 @@ class Node:
         listener = WakeListener(s, redis, self.keys.wake_channel, held, scanner)
         reconciler = Reconciler(s, self.mysql, scripts, held, reconcile_queue)
         sampler = Sampler(s, redis, self.keys, self.mysql, producer, held)
+        retention = Retention(s, self.mysql, held)
 
         def acquired(slot: int) -> None:
             scanner.wake(slot, 0)
@@ -195,6 +198,7 @@ class Node:
         supervisor = Supervisor(
             [
                 sampler,
+                retention,
                 listener,
                 reconciler,
                 scanner,
@@ -217,6 +221,7 @@ class Node:
             recorder,
             reconciler,
             sampler,
+            retention,
             supervisor,
         )
 

@@ -117,12 +117,26 @@ def _parser() -> argparse.ArgumentParser:
         "$DELAYQ_STATE_DIR/secure, ports 16380, 13307, 12182, 19093; docs/security.md)",
     )
 
-    db = commands.add_parser("db", help="database schema")
+    db = commands.add_parser(
+        "db",
+        help="database schema and retention",
+        description="migrate: apply to every shard, in order, the schema/NNN_*.sql "
+        "migrations the database has not recorded yet (idempotent). prune: delete the "
+        "fired and cancelled jobs last changed more than --older-than ago, with their "
+        "history, in every shard, in batches of retention_batch (what nodes do every "
+        "retention_interval_s for retention_days); pending, retrying and dead jobs stay.",
+    )
+    db.add_argument("action", choices=["migrate", "prune"], help="migrate or prune")
     db.add_argument(
-        "action",
-        choices=["migrate"],
-        help="migrate: apply to every shard, in order, the schema/NNN_*.sql "
-        "migrations the database has not recorded yet (idempotent)",
+        "--older-than",
+        metavar="AGE",
+        type=_age_s,
+        help="prune: the age, a number with a unit s, m, h or d (e.g. 7d, 12h, 90m)",
+    )
+    db.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="prune: count what would be deleted, delete nothing",
     )
 
     node = commands.add_parser(
@@ -246,6 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level, settings.log_format, settings.node_id)
     try:
         if args.command == "db":
+            if args.action == "prune":
+                if args.older_than is None:
+                    print("delayq db prune: --older-than AGE is required", file=sys.stderr)
+                    return 2
+                return _run(_prune(settings, args.older_than, args.dry_run))
             return _run(_migrate(settings))
         if args.command == "node":
             if args.check:
@@ -276,6 +295,41 @@ def _run(coro: Coroutine[Any, Any, int]) -> int:
     import uvloop
 
     return uvloop.run(coro)
+
+
+AGE_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _age_s(text: str) -> float:
+    """`7d` → seconds; an argparse type, so a bad age is a usage error (exit 2)."""
+    number, unit = text[:-1], text[-1:]
+    try:
+        seconds = float(number) * AGE_UNITS_S[unit]
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an age: a number and a unit s, m, h or d (e.g. 7d)"
+        ) from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: the age must be more than 0")
+    return seconds
+
+
+async def _prune(settings: Settings, older_than_s: float, dry_run: bool) -> int:
+    from cluster.mysql_store import MySQLStore
+    from cluster.retention import prune
+
+    store = MySQLStore(settings, "cli")
+    await store.open()
+    try:
+        pruned = await prune(store, older_than_s, settings.retention_batch, dry_run=dry_run)
+    finally:
+        await store.close()
+    verb = "would delete" if dry_run else "deleted"
+    print(
+        f"{verb} {pruned.jobs} fired or cancelled job(s) and {pruned.history} history "
+        f"row(s) last changed more than {older_than_s / 86400:g} day(s) ago"
+    )
+    return 0
 
 
 async def _migrate(settings: Settings) -> int:

@@ -174,6 +174,25 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_argument("action", choices=["status"])
     cluster.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+    top = commands.add_parser(
+        "top",
+        help="a live view of the cluster, refreshed every second",
+        description="Members and their slots, health and readiness, fire rate and "
+        "lateness p50/p99 per topic over the last interval, the busiest slots' depth "
+        "(delay, ready, in flight, dead) and overdue jobs, and dead letters. Rates and "
+        "lateness come from each node's /metrics (nodes with metrics_port set); depths "
+        "from Redis. Ctrl-C ends it.",
+    )
+    top.add_argument(
+        "--interval", type=float, default=1.0, metavar="S", help="seconds between refreshes"
+    )
+    top.add_argument(
+        "--once",
+        action="store_true",
+        help="print one snapshot (two scrapes --interval apart, so rates exist) and exit",
+    )
+    top.add_argument("--json", action="store_true", help="with --once: print JSON")
+
     recover = commands.add_parser(
         "recover",
         help="re-add to Redis the pending jobs it lost, from MySQL",
@@ -277,6 +296,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(run_node(settings, ready_file=ready_file))
         if args.command == "cluster":
             return _run(_cluster_status(settings, args.json))
+        if args.command == "top":
+            if not args.interval > 0:
+                print("delayq top: --interval must be > 0", file=sys.stderr)
+                return 2
+            if args.json and not args.once:
+                print("delayq top: --json needs --once", file=sys.stderr)
+                return 2
+            from cluster.top import run_top
+
+            try:
+                return _run(run_top(settings, args.interval, args.once, args.json))
+            except KeyboardInterrupt:
+                return 0
         if args.command == "recover":
             return _run(_recover(settings, args.slot))
         if args.command == "dead":

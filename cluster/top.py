@@ -1,0 +1,357 @@
+"""`delayq top`: a live view of a cluster, refreshed every second.
+
+    delayq top                    # until Ctrl-C
+    delayq top --once [--json]    # one snapshot, for scripts and tests
+
+Each refresh reads the members, the slot map and every slot's depth as `delayq cluster
+status` does (cluster/status.py), and scrapes every member's /metrics at the URL it
+published in ZooKeeper (nodes run with metrics_port set; others show "metrics off").
+Fire rates and lateness quantiles are over the last refresh interval: the difference
+between two scrapes, the quantiles interpolated within the histogram's buckets the way
+Prometheus' histogram_quantile() does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from cluster.config import Settings
+from cluster.status import ClusterStatus, SlotStatus, read_status
+
+SCRAPE_TIMEOUT_S = 2.0
+Buckets = list[tuple[float, float]]  # (upper bound, cumulative count), +Inf last
+
+
+# ----- one node's metrics (pure) ---------------------------------------------------------
+
+
+@dataclass
+class Scrape:
+    """What `delayq top` reads from one node's /metrics."""
+
+    at: float  # time.monotonic() of the scrape
+    fired: dict[str, float] = field(default_factory=dict)  # topic → counter
+    lateness: dict[str, Buckets] = field(default_factory=dict)  # topic → cumulative buckets
+    dead_total: float = 0.0
+    healthy: bool = False
+    ready: bool = False
+
+
+def parse_scrape(text: str, at: float) -> Scrape:
+    scrape = Scrape(at)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "delayq_jobs_fired_total":
+                scrape.fired[sample.labels["topic"]] = sample.value
+            elif sample.name == "delayq_fire_lateness_seconds_bucket":
+                bound = float(sample.labels["le"])
+                scrape.lateness.setdefault(sample.labels["topic"], []).append((bound, sample.value))
+            elif sample.name == "delayq_jobs_dead_total":
+                scrape.dead_total = sample.value
+            elif sample.name == "delayq_healthy":
+                scrape.healthy = sample.value == 1
+            elif sample.name == "delayq_ready":
+                scrape.ready = sample.value == 1
+    for buckets in scrape.lateness.values():
+        buckets.sort()
+    return scrape
+
+
+def increase(now: float, before: float | None) -> float:
+    """A counter's increase; a smaller value means the node restarted (counted from 0)."""
+    if before is None or now < before:
+        return now
+    return now - before
+
+
+def bucket_increase(now: Buckets, before: Buckets | None) -> Buckets:
+    if before is None or len(before) != len(now) or (now and now[-1][1] < before[-1][1]):
+        return list(now)
+    return [(bound, count - old) for (bound, count), (_, old) in zip(now, before, strict=True)]
+
+
+def quantile(q: float, buckets: Buckets) -> float | None:
+    """Prometheus' histogram_quantile over cumulative buckets; None without observations."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower_bound  # in the +Inf bucket: the highest finite bound
+            if count == lower_count:
+                return bound
+            return lower_bound + (bound - lower_bound) * (rank - lower_count) / (
+                count - lower_count
+            )
+        lower_bound, lower_count = bound, count
+    return lower_bound
+
+
+def merge_buckets(many: Iterable[Buckets]) -> Buckets:
+    """The sum of histograms with the same bounds (several nodes firing one topic)."""
+    total: dict[float, float] = {}
+    for buckets in many:
+        for bound, count in buckets:
+            total[bound] = total.get(bound, 0.0) + count
+    return sorted(total.items())
+
+
+# ----- a snapshot of the cluster -----------------------------------------------------------
+
+
+@dataclass
+class MemberView:
+    member: str
+    node_id: str | None
+    host: str | None
+    pid: int | None
+    slots: int
+    metrics: str  # "ok", "off" or why the scrape failed
+    healthy: bool | None
+    ready: bool | None
+    fire_rate: float | None
+
+
+@dataclass
+class TopicView:
+    topic: str
+    fire_rate: float
+    p50_ms: float | None
+    p99_ms: float | None
+    fired_total: float
+
+
+@dataclass
+class Snapshot:
+    root: str
+    slots: int
+    window_s: float
+    members: list[MemberView]
+    topics: list[TopicView]
+    slot_status: list[SlotStatus]
+    fire_rate: float
+    dead: int
+    dead_total: float  # went dead since the nodes started (their counters)
+    oldest_overdue_ms: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_snapshot(
+    status: ClusterStatus,
+    scrapes: Mapping[str, Scrape | str],
+    previous: Mapping[str, Scrape | str],
+) -> Snapshot:
+    """The view from the cluster status and, per member, its latest and previous scrape
+    (or "off" / the error of a failed scrape)."""
+    members = []
+    topic_rate: dict[str, float] = {}
+    topic_total: dict[str, float] = {}
+    topic_buckets: dict[str, list[Buckets]] = {}
+    windows = []
+    dead_total = 0.0
+    for name, info in status.members.items():
+        owned = sum(1 for s in status.slot_status if s.owner == name)
+        now = scrapes.get(name, "off")
+        before = previous.get(name)
+        rate: float | None = None
+        if isinstance(now, Scrape):
+            dead_total += now.dead_total
+            for topic, total in now.fired.items():
+                topic_total[topic] = topic_total.get(topic, 0.0) + total
+            if isinstance(before, Scrape) and now.at > before.at:
+                window = now.at - before.at
+                windows.append(window)
+                rate = 0.0
+                for topic, total in now.fired.items():
+                    topic_rate[topic] = (
+                        topic_rate.get(topic, 0.0)
+                        + increase(total, before.fired.get(topic)) / window
+                    )
+                    rate += increase(total, before.fired.get(topic)) / window
+                for topic, buckets in now.lateness.items():
+                    delta = bucket_increase(buckets, before.lateness.get(topic))
+                    topic_buckets.setdefault(topic, []).append(delta)
+        members.append(
+            MemberView(
+                member=name,
+                node_id=info.get("node_id"),
+                host=info.get("host"),
+                pid=info.get("pid"),
+                slots=owned,
+                metrics="ok" if isinstance(now, Scrape) else now,
+                healthy=now.healthy if isinstance(now, Scrape) else None,
+                ready=now.ready if isinstance(now, Scrape) else None,
+                fire_rate=rate,
+            )
+        )
+    topics = []
+    for topic in sorted(topic_total):
+        merged = merge_buckets(topic_buckets.get(topic, []))
+        p50, p99 = quantile(0.5, merged), quantile(0.99, merged)
+        topics.append(
+            TopicView(
+                topic,
+                topic_rate.get(topic, 0.0),
+                None if p50 is None else p50 * 1000,
+                None if p99 is None else p99 * 1000,
+                topic_total[topic],
+            )
+        )
+    return Snapshot(
+        root=status.root,
+        slots=status.slots,
+        window_s=max(windows, default=0.0),
+        members=members,
+        topics=topics,
+        slot_status=status.slot_status,
+        fire_rate=sum(topic_rate.values()),
+        dead=sum(s.dead for s in status.slot_status),
+        dead_total=dead_total,
+        oldest_overdue_ms=max((s.overdue_ms for s in status.slot_status), default=0),
+    )
+
+
+# ----- reading the cluster -------------------------------------------------------------------
+
+
+async def scrape_members(
+    http: aiohttp.ClientSession, members: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Scrape | str]:
+    async def one(info: Mapping[str, Any]) -> Scrape | str:
+        url = info.get("metrics_url")
+        if not url:
+            return "off"
+        try:
+            async with http.get(url) as answer:
+                answer.raise_for_status()
+                text = await answer.text()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return f"unreachable ({type(exc).__name__})"
+        return parse_scrape(text, time.monotonic())
+
+    names = list(members)
+    results = await asyncio.gather(*(one(members[name]) for name in names))
+    return dict(zip(names, results, strict=True))
+
+
+class Top:
+    """Keeps the previous scrape of each member between refreshes."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.previous: dict[str, Scrape | str] = {}
+
+    async def snapshot(self, http: aiohttp.ClientSession) -> Snapshot:
+        status = await read_status(self.settings)
+        scrapes = await scrape_members(http, status.members)
+        snapshot = build_snapshot(status, scrapes, self.previous)
+        self.previous = scrapes
+        return snapshot
+
+
+# ----- drawing ----------------------------------------------------------------------------------
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f} ms"
+
+
+def _yes(value: bool | None) -> str:
+    return "-" if value is None else ("yes" if value else "NO")
+
+
+def render(snapshot: Snapshot, height: int = 50) -> Group:
+    over = snapshot.oldest_overdue_ms
+    head = Text.assemble(
+        (f"delayq {snapshot.root}", "bold"),
+        f"  {snapshot.slots} slots, {len(snapshot.members)} member(s)  ",
+        f"fired {snapshot.fire_rate:,.0f}/s (last {snapshot.window_s:.1f} s)  ",
+        (f"oldest overdue {over / 1000:.3f} s" if over else "nothing overdue"),
+        f"  dead letters {snapshot.dead:,}",
+    )
+    members = Table(title="members", title_justify="left", expand=False)
+    for column in ("member", "node", "host", "pid", "slots", "healthy", "ready", "fired/s"):
+        members.add_column(
+            column, justify="right" if column in ("pid", "slots", "fired/s") else "left"
+        )
+    for m in snapshot.members:
+        members.add_row(
+            m.member,
+            m.node_id or "-",
+            m.host or "-",
+            str(m.pid or "-"),
+            str(m.slots),
+            _yes(m.healthy) if m.metrics == "ok" else f"metrics {m.metrics}",
+            _yes(m.ready),
+            "-" if m.fire_rate is None else f"{m.fire_rate:,.0f}",
+        )
+    topics = Table(title="topics", title_justify="left")
+    for column in ("topic", "fired/s", "lateness p50", "p99", "fired total"):
+        topics.add_column(column, justify="left" if column == "topic" else "right")
+    for t in snapshot.topics:
+        topics.add_row(
+            t.topic, f"{t.fire_rate:,.0f}", _ms(t.p50_ms), _ms(t.p99_ms), f"{t.fired_total:,.0f}"
+        )
+    busiest = sorted(
+        snapshot.slot_status,
+        key=lambda s: (-s.overdue_ms, -(s.delay + s.ready + s.inflight), s.slot),
+    )
+    shown = busiest[: max(3, height - 14 - len(snapshot.members) - len(snapshot.topics))]
+    slots = Table(title=f"slots (busiest {len(shown)} of {snapshot.slots})", title_justify="left")
+    for column in ("slot", "owner", "delay", "ready", "in flight", "dead", "overdue"):
+        slots.add_column(column, justify="left" if column == "owner" else "right")
+    live = {m.member: m.node_id for m in snapshot.members}
+    for s in shown:
+        owner = live.get(s.owner or "", None) or f"({s.owner or 'none'})"
+        slots.add_row(
+            str(s.slot),
+            owner,
+            f"{s.delay:,}",
+            f"{s.ready:,}",
+            f"{s.inflight:,}",
+            f"{s.dead:,}",
+            f"{s.overdue_ms / 1000:.3f} s" if s.overdue_ms else "-",
+        )
+    return Group(head, members, topics, slots)
+
+
+async def run_top(settings: Settings, interval_s: float, once: bool, as_json: bool) -> int:
+    top = Top(settings)
+    console = Console()
+    timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        if once:
+            await top.snapshot(http)  # the first scrape: rates need two
+            await asyncio.sleep(interval_s)
+            snapshot = await top.snapshot(http)
+            if as_json:
+                print(orjson.dumps(snapshot.as_dict(), option=orjson.OPT_INDENT_2).decode())
+            else:
+                console.print(render(snapshot, console.size.height))
+            return 0
+        snapshot = await top.snapshot(http)
+        try:
+            with Live(render(snapshot), console=console, screen=False, auto_refresh=False) as live:
+                while True:
+                    await asyncio.sleep(interval_s)
+                    snapshot = await top.snapshot(http)
+                    live.update(render(snapshot, console.size.height), refresh=True)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            return 0

@@ -1,23 +1,31 @@
-"""What the node's metrics cost: node CPU per fired job with metrics off and on.
+"""What the node's metrics cost, as a share of the node's CPU while it fires.
 
     python benchmarks/metrics_cost.py [--jobs 200000] [--window 10] [--rounds 2]
 
-Runs benchmarks/fire_bench.py (one node, --pattern steady: jobs/window per second)
-alternately with metrics_port 0 and with metrics on and scraped every second, as
-Prometheus would, and reads the node process's CPU time (user + system, psutil) while
-it runs. Prints, per run, the node's CPU seconds, CPU µs per fired job, the fire rate
-and the consumer's lateness, and the cost of metrics as the change of the node's CPU
-per job (median of the rounds). Needs the local stack and a migrated database.
+The metrics work of a node is of two kinds, each measured directly:
 
-Whole-run CPU varies by a few per cent between identical runs on a small machine, so
-it also measures the metrics' own work directly: the dispatcher's per-round metrics
-code (actors/dispatcher.py, Dispatcher._observe) per job, timed in this process, and
-each scrape's time as the scraper saw it (an upper bound of the node's CPU for it).
+1. per fired job: the dispatcher's per-round bookkeeping (Dispatcher._observe: the
+   lateness and publish-stage histograms, the per-topic count), timed in this process
+   over rounds of 500 jobs; the move and claim stages are observed once per slot and
+   round, not per job;
+2. per scrape: the node's CPU to answer GET /metrics, read with psutil from an idle
+   node with metrics on while it is scraped SCRAPES times.
+
+Against them, the node's CPU per fired job: benchmarks/fire_bench.py with one node, the
+steady pattern (jobs/window per second) and metrics on and scraped every second, the
+node's CPU (psutil) summed over the samples in which it used at least FIRING_CORES of a
+core (the firing phase), divided by the jobs. The cost is (per-job work x rate + scrape
+CPU x scrapes per second) / node CPU per second at that rate.
+
+Comparing whole runs with metrics_port 0 and with metrics on does not isolate this: the
+per-job bookkeeping runs in both (the collector only reads it), and run-to-run noise on
+a small machine is a few per cent of the node's CPU. Needs the local stack.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
 import subprocess
@@ -26,6 +34,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -36,41 +45,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # the delayq packages, run from a checkout
 METRICS_PORT = 19464
 SAMPLE_S = 0.25
+FIRING_CORES = 0.3
+SCRAPES = 300
+ROUND_JOBS = 500
 
 
-def node_cpu_s(bench: psutil.Process, seen: dict[int, float]) -> None:
-    """Update pid → CPU seconds of every delayq node process under the benchmark."""
-    try:
-        children = bench.children(recursive=True)
-    except psutil.NoSuchProcess:
-        return
-    for child in children:
-        try:
-            if "cluster.cli" in " ".join(child.cmdline()):
-                times = child.cpu_times()
-                seen[child.pid] = times.user + times.system
-        except psutil.NoSuchProcess:
-            pass
-
-
-def scrape_every_second(stop: threading.Event, scrapes: list[tuple[int, float]]) -> None:
-    """GET /metrics every second: (bytes, seconds it took) per scrape."""
-    url = f"http://127.0.0.1:{METRICS_PORT}/metrics"
-    while not stop.wait(1.0):
-        started = time.perf_counter()
-        try:
-            with urllib.request.urlopen(url, timeout=2) as answer:
-                size = len(answer.read())
-        except OSError:
-            continue  # the node is not up yet, or gone
-        scrapes.append((size, time.perf_counter() - started))
-
-
-def observe_us_per_job(round_size: int = 500, topics: int = 4) -> float:
-    """CPU µs per job of the metrics work the dispatcher does for each broker-acked
-    round (a round of `round_size` jobs over `topics` topics)."""
-    import asyncio
-
+def observe_us_per_job(topics: int = 4) -> float:
+    """CPU µs per job of the dispatcher's metrics bookkeeping for a broker-acked round."""
     from actors.dispatcher import Dispatcher, Sent
     from actors.histogram import LATENESS_BUCKETS_S, Histograms
 
@@ -88,7 +69,7 @@ def observe_us_per_job(round_size: int = 500, topics: int = 4) -> float:
     now_ms = int(time.time() * 1000)
     items = [
         Sent(b"job-%d" % i, future, f"topic-{i % topics}", now_ms - 20, now_ms - 5)
-        for i in range(round_size)
+        for i in range(ROUND_JOBS)
     ]
     acked_at = {id(future): time.time()}
     rounds = 2000
@@ -97,55 +78,120 @@ def observe_us_per_job(round_size: int = 500, topics: int = 4) -> float:
         dispatcher._observe(items, acked_at)
     spent = time.process_time() - started
     loop.close()
-    return spent / (rounds * round_size) * 1e6
+    return spent / (rounds * ROUND_JOBS) * 1e6
 
 
-def run_once(jobs: int, window: float, metrics: bool) -> dict[str, float]:
-    env = {**os.environ, "DELAYQ_METRICS_PORT": str(METRICS_PORT if metrics else 0)}
+async def scrape_cpu_ms() -> tuple[float, int]:
+    """(node CPU ms per GET /metrics, response bytes), on an idle node of its own."""
+    from cluster.config import Settings
+    from devstack.databases import create_cluster_database, drop_cluster_database
+    from devstack.nodes import NodeProcess
+
+    prefix = f"mcost{uuid.uuid4().hex[:6]}"
+    settings = await create_cluster_database(
+        Settings.from_env().replace(key_prefix=prefix), f"delayq_{prefix}"
+    )
+    log_dir = Path(os.environ.get("DELAYQ_STATE_DIR", ".delayq"))
+    env = {"DELAYQ_METRICS_PORT": str(METRICS_PORT), "DELAYQ_METRICS_HOST": "127.0.0.1"}
+    node = NodeProcess("metrics-cost-node", log_dir, settings=settings, env=env)
+    try:
+        await node.wait_ready()
+        await asyncio.sleep(3)  # past the start-up work
+        process = psutil.Process(node.pid)
+
+        def cpu_s() -> float:
+            times = process.cpu_times()
+            return times.user + times.system
+
+        idle_from, started = cpu_s(), time.monotonic()
+        await asyncio.sleep(5)
+        idle_per_s = (cpu_s() - idle_from) / (time.monotonic() - started)
+        url = f"http://127.0.0.1:{METRICS_PORT}/metrics"
+
+        def scrape_many() -> int:
+            size = 0
+            for _ in range(SCRAPES):
+                with urllib.request.urlopen(url, timeout=5) as answer:
+                    size = len(answer.read())
+            return size
+
+        before, started = cpu_s(), time.monotonic()
+        size = await asyncio.to_thread(scrape_many)
+        elapsed = time.monotonic() - started
+        spent = cpu_s() - before - idle_per_s * elapsed
+        return spent / SCRAPES * 1000, size
+    finally:
+        await node.stop()
+        await drop_cluster_database(settings)
+
+
+def firing_cpu_us_per_job(jobs: int, window: float) -> dict[str, float]:
+    """fire_bench with metrics on, scraped every second: node CPU per job while firing."""
+    env = {**os.environ, "DELAYQ_METRICS_PORT": str(METRICS_PORT)}
     env["DELAYQ_METRICS_HOST"] = "127.0.0.1"
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         command = [
             sys.executable,
             str(HERE / "fire_bench.py"),
-            "--jobs",
-            str(jobs),
-            "--window",
-            str(window),
-            "--pattern",
-            "steady",
-            "--out",
-            str(out),
+            *("--jobs", str(jobs), "--window", str(window), "--pattern", "steady"),
+            *("--out", str(out)),
         ]
         proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
         bench = psutil.Process(proc.pid)
-        seen: dict[int, float] = {}
-        stop, scrapes = threading.Event(), list[tuple[int, float]]()
-        scraper = threading.Thread(target=scrape_every_second, args=(stop, scrapes))
-        if metrics:
-            scraper.start()
+        stop = threading.Event()
+        scraper = threading.Thread(target=scrape_every_second, args=(stop,))
+        scraper.start()
+        last: dict[int, float] = {}
+        firing_cpu = firing_s = 0.0
         while proc.poll() is None:
-            node_cpu_s(bench, seen)
+            used = sum(node_cpu_deltas(bench, last))
+            if used >= FIRING_CORES * SAMPLE_S:
+                firing_cpu += used
+                firing_s += SAMPLE_S
             time.sleep(SAMPLE_S)
         stop.set()
-        if metrics:
-            scraper.join()
+        scraper.join()
         if proc.returncode != 0:
             raise SystemExit(f"fire_bench failed with exit {proc.returncode}")
         result = orjson.loads(out.read_bytes())
-    fired = result["received"]
-    cpu = sum(seen.values())
     return {
-        "metrics": float(metrics),
-        "node_cpu_s": cpu,
-        "cpu_us_per_job": cpu / fired * 1e6,
+        "cpu_us_per_job": firing_cpu / result["received"] * 1e6,
+        "firing_s": firing_s,
         "fire_rate": result["fire_rate_per_s"],
         "lateness_p50_ms": result["lateness_ms"]["p50"],
         "lateness_p99_ms": result["lateness_ms"]["p99"],
-        "scrapes": float(len(scrapes)),
-        "scrape_bytes": float(scrapes[-1][0]) if scrapes else 0.0,
-        "scrape_ms": statistics.median(t for _, t in scrapes) * 1000 if scrapes else 0.0,
     }
+
+
+def node_cpu_deltas(bench: psutil.Process, last: dict[int, float]) -> list[float]:
+    """CPU seconds each delayq node process under the benchmark used since last time."""
+    deltas = []
+    try:
+        children = bench.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return deltas
+    for child in children:
+        try:
+            if "cluster.cli" not in " ".join(child.cmdline()):
+                continue
+            times = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        now = times.user + times.system
+        deltas.append(now - last.get(child.pid, now))
+        last[child.pid] = now
+    return deltas
+
+
+def scrape_every_second(stop: threading.Event) -> None:
+    url = f"http://127.0.0.1:{METRICS_PORT}/metrics"
+    while not stop.wait(1.0):
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                answer.read()
+        except OSError:
+            pass  # the node is not up yet, or gone
 
 
 def main() -> None:
@@ -154,31 +200,30 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
+    rate = args.jobs / args.window
+    per_job_us = observe_us_per_job()
+    print(f"metrics bookkeeping: {per_job_us:.2f} µs of CPU per fired job", flush=True)
+    scrape_ms, scrape_bytes = asyncio.run(scrape_cpu_ms())
+    print(f"one scrape: {scrape_ms:.2f} ms of node CPU ({scrape_bytes / 1024:.0f} KiB)", flush=True)
     runs = []
     for round_no in range(args.rounds):
-        for metrics in (False, True):
-            run = run_once(args.jobs, args.window, metrics)
-            runs.append(run)
-            print(
-                f"round {round_no + 1} metrics {'on ' if metrics else 'off'}: "
-                f"node CPU {run['node_cpu_s']:.2f} s = {run['cpu_us_per_job']:.1f} µs/job, "
-                f"fired {run['fire_rate']:.0f}/s, lateness p50 {run['lateness_p50_ms']:.1f} "
-                f"p99 {run['lateness_p99_ms']:.1f} ms, scrapes {run['scrapes']:.0f} "
-                f"({run['scrape_bytes'] / 1024:.0f} KiB, {run['scrape_ms']:.1f} ms each)",
-                flush=True,
-            )
-    off = statistics.median(r["cpu_us_per_job"] for r in runs if not r["metrics"])
-    on = statistics.median(r["cpu_us_per_job"] for r in runs if r["metrics"])
-    print(f"node CPU per job: off {off:.1f} µs, on {on:.1f} µs: change {(on - off) / off:+.1%}")
-    per_job = observe_us_per_job()
-    scrape_ms = statistics.median(r["scrape_ms"] for r in runs if r["metrics"])
-    rate = args.jobs / args.window
-    direct_s = per_job * rate / 1e6 + scrape_ms / 1000  # per second of firing
-    print(
-        f"direct: {per_job:.2f} µs of metrics work per job + {scrape_ms:.1f} ms per "
-        f"scrape each second = {direct_s * 1000:.1f} ms of CPU per second at {rate:.0f} "
-        f"jobs/s: {direct_s / (off * rate / 1e6):.1%} of the node's CPU without metrics"
-    )
+        run = firing_cpu_us_per_job(args.jobs, args.window)
+        runs.append(run)
+        print(
+            f"round {round_no + 1}: node CPU while firing {run['cpu_us_per_job']:.1f} µs/job "
+            f"over {run['firing_s']:.1f} s, fired {run['fire_rate']:.0f}/s, lateness p50 "
+            f"{run['lateness_p50_ms']:.1f} p99 {run['lateness_p99_ms']:.1f} ms",
+            flush=True,
+        )
+    node_us = statistics.median(run["cpu_us_per_job"] for run in runs)
+    node_cpu_per_s = node_us * rate / 1e6
+    for interval_s in (1.0, 15.0):
+        metrics_per_s = per_job_us * rate / 1e6 + scrape_ms / 1000 / interval_s
+        print(
+            f"at {rate:,.0f} jobs/s, scraped every {interval_s:g} s: metrics "
+            f"{metrics_per_s * 1000:.1f} ms of CPU per second of {node_cpu_per_s * 1000:.0f} "
+            f"ms the node uses = {metrics_per_s / node_cpu_per_s:.1%}"
+        )
 
 
 if __name__ == "__main__":

@@ -52,6 +52,19 @@ def event_loop_policy() -> uvloop.EventLoopPolicy:
     return uvloop.EventLoopPolicy()
 
 
+# How long the session's event loop keeps running after the last test: see below.
+CLOSING_GRACE_S = 0.5
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def let_connections_finish_closing() -> AsyncIterator[None]:
+    """aiokafka closes its connections without waiting for them; a TLS connection then
+    needs the event loop a moment longer to finish its shutdown with the server. Were
+    the loop closed first, uvloop would fail the last test's teardown."""
+    yield
+    await asyncio.sleep(CLOSING_GRACE_S)
+
+
 @pytest.fixture(scope="session")
 def stack_env() -> Iterator[dict[str, str]]:
     """Start the local stack once per session (idempotent) and point DELAYQ_* at it."""

@@ -180,11 +180,17 @@ def _parser() -> argparse.ArgumentParser:
         description="Members and their slots, health and readiness, fire rate and "
         "lateness p50/p99 per topic over the last interval, the busiest slots' depth "
         "(delay, ready, in flight, dead) and overdue jobs, and dead letters. Rates and "
-        "lateness come from each node's /metrics (nodes with metrics_port set); depths "
-        "from Redis. Ctrl-C ends it.",
+        "lateness come from each node's /metrics (nodes with metrics_port set; the others "
+        "show 'metrics off', and one that does not answer 'metrics unreachable'); members "
+        "and slot owners from ZooKeeper and depths from Redis, as `cluster status` reads "
+        "them. Ctrl-C ends it.",
     )
     top.add_argument(
-        "--interval", type=float, default=1.0, metavar="S", help="seconds between refreshes"
+        "--interval",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds between refreshes, the window of rates and lateness (default 1.0)",
     )
     top.add_argument(
         "--once",

@@ -14,6 +14,7 @@ Prometheus' histogram_quantile() does.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -21,13 +22,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import aiohttp
-import orjson
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from cluster.cli import shown, shown_json
 from cluster.config import Settings
 from cluster.status import ClusterStatus, SlotStatus, read_status
 
@@ -78,7 +79,11 @@ def increase(now: float, before: float | None) -> float:
 
 
 def bucket_increase(now: Buckets, before: Buckets | None) -> Buckets:
-    if before is None or len(before) != len(now) or (now and now[-1][1] < before[-1][1]):
+    """A histogram's observations between two scrapes; like increase(), a bucket that went
+    down means the node restarted, and then everything it holds is new."""
+    if before is None or [b for b, _ in before] != [b for b, _ in now]:
+        return list(now)
+    if any(count < old for (_, count), (_, old) in zip(now, before, strict=True)):
         return list(now)
     return [(bound, count - old) for (bound, count), (_, old) in zip(now, before, strict=True)]
 
@@ -144,8 +149,11 @@ class Snapshot:
     members: list[MemberView]
     topics: list[TopicView]
     slot_status: list[SlotStatus]
-    fire_rate: float
-    dead: int
+    fire_rate: float  # jobs/s over the last window_s, all members
+    delay: int  # jobs in Redis over all slots, by where they are
+    ready: int
+    inflight: int
+    dead: int  # the dead-letter sets
     dead_total: float  # went dead since the nodes started (their counters)
     oldest_overdue_ms: int
 
@@ -222,6 +230,9 @@ def build_snapshot(
         topics=topics,
         slot_status=status.slot_status,
         fire_rate=sum(topic_rate.values()),
+        delay=sum(s.delay for s in status.slot_status),
+        ready=sum(s.ready for s in status.slot_status),
+        inflight=sum(s.inflight for s in status.slot_status),
         dead=sum(s.dead for s in status.slot_status),
         dead_total=dead_total,
         oldest_overdue_ms=max((s.overdue_ms for s in status.slot_status), default=0),
@@ -244,7 +255,10 @@ async def scrape_members(
                 text = await answer.text()
         except (aiohttp.ClientError, TimeoutError) as exc:
             return f"unreachable ({type(exc).__name__})"
-        return parse_scrape(text, time.monotonic())
+        try:
+            return parse_scrape(text, time.monotonic())
+        except (ValueError, KeyError) as exc:  # not what a delayq node serves
+            return f"unreadable ({type(exc).__name__})"
 
     names = list(members)
     results = await asyncio.gather(*(one(members[name]) for name in names))
@@ -273,19 +287,40 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f} ms"
 
 
+def _text(value: object) -> Text:
+    """Text from ZooKeeper, a scrape or an error: rich must not read it as markup, and the
+    terminal must not interpret its control characters."""
+    return Text(shown(value))
+
+
 def _yes(value: bool | None) -> str:
     return "-" if value is None else ("yes" if value else "NO")
 
 
-def render(snapshot: Snapshot, height: int = 50) -> Group:
-    over = snapshot.oldest_overdue_ms
-    head = Text.assemble(
-        (f"delayq {snapshot.root}", "bold"),
-        f"  {snapshot.slots} slots, {len(snapshot.members)} member(s)  ",
-        f"fired {snapshot.fire_rate:,.0f}/s (last {snapshot.window_s:.1f} s)  ",
-        (f"oldest overdue {over / 1000:.3f} s" if over else "nothing overdue"),
-        f"  dead letters {snapshot.dead:,}",
+def busiest_slots(slot_status: Iterable[SlotStatus]) -> list[SlotStatus]:
+    """The most overdue slots first, then the deepest (delay + ready + in flight)."""
+    return sorted(
+        slot_status, key=lambda s: (-s.overdue_ms, -(s.delay + s.ready + s.inflight), s.slot)
     )
+
+
+def render(snapshot: Snapshot, height: int = 50, problem: str | None = None) -> Group:
+    """The screen: a header, then members, topics and the busiest slots, cut to `height`
+    lines. `problem` is why the last refresh failed (the snapshot is then older)."""
+    over = snapshot.oldest_overdue_ms
+    window = snapshot.window_s
+    rate = f"fired {snapshot.fire_rate:,.0f}/s" if window else "fire rate after the next refresh"
+    head = Text.assemble(
+        (f"delayq {shown(snapshot.root)}", "bold"),
+        f"  {snapshot.slots} slots, {len(snapshot.members)} member(s)\n",
+        f"jobs: {snapshot.delay:,} delayed, {snapshot.ready:,} ready, "
+        f"{snapshot.inflight:,} in flight, {snapshot.dead:,} dead letters\n",
+        f"{rate}  ",
+        (f"oldest overdue {over / 1000:.3f} s" if over else "nothing overdue"),
+        (f"  (rates and lateness over the last {window:.1f} s)" if window else ""),
+    )
+    if problem:
+        head.append(f"\nrefresh failed, showing the last snapshot: {shown(problem)}", "bold red")
     members = Table(title="members", title_justify="left", expand=False)
     for column in ("member", "node", "host", "pid", "slots", "healthy", "ready", "fired/s"):
         members.add_column(
@@ -293,36 +328,40 @@ def render(snapshot: Snapshot, height: int = 50) -> Group:
         )
     for m in snapshot.members:
         members.add_row(
-            m.member,
-            m.node_id or "-",
-            m.host or "-",
+            _text(m.member),
+            _text(m.node_id or "-"),
+            _text(m.host or "-"),
             str(m.pid or "-"),
             str(m.slots),
-            _yes(m.healthy) if m.metrics == "ok" else f"metrics {m.metrics}",
+            _yes(m.healthy) if m.metrics == "ok" else _text(f"metrics {m.metrics}"),
             _yes(m.ready),
             "-" if m.fire_rate is None else f"{m.fire_rate:,.0f}",
         )
-    topics = Table(title="topics", title_justify="left")
+    topics = Table(
+        title=f"topics (last {window:.1f} s)" if window else "topics", title_justify="left"
+    )
     for column in ("topic", "fired/s", "lateness p50", "p99", "fired total"):
         topics.add_column(column, justify="left" if column == "topic" else "right")
     for t in snapshot.topics:
         topics.add_row(
-            t.topic, f"{t.fire_rate:,.0f}", _ms(t.p50_ms), _ms(t.p99_ms), f"{t.fired_total:,.0f}"
+            _text(t.topic),
+            f"{t.fire_rate:,.0f}",
+            _ms(t.p50_ms),
+            _ms(t.p99_ms),
+            f"{t.fired_total:,.0f}",
         )
-    busiest = sorted(
-        snapshot.slot_status,
-        key=lambda s: (-s.overdue_ms, -(s.delay + s.ready + s.inflight), s.slot),
-    )
-    shown = busiest[: max(3, height - 14 - len(snapshot.members) - len(snapshot.topics))]
-    slots = Table(title=f"slots (busiest {len(shown)} of {snapshot.slots})", title_justify="left")
+    busiest = busiest_slots(snapshot.slot_status)
+    # What the header and the tables' titles, headers and borders take (about 16 lines).
+    rows = busiest[: max(3, height - 16 - len(snapshot.members) - len(snapshot.topics))]
+    slots = Table(title=f"slots (busiest {len(rows)} of {snapshot.slots})", title_justify="left")
     for column in ("slot", "owner", "delay", "ready", "in flight", "dead", "overdue"):
         slots.add_column(column, justify="left" if column == "owner" else "right")
     live = {m.member: m.node_id for m in snapshot.members}
-    for s in shown:
+    for s in rows:
         owner = live.get(s.owner or "", None) or f"({s.owner or 'none'})"
         slots.add_row(
             str(s.slot),
-            owner,
+            _text(owner),
             f"{s.delay:,}",
             f"{s.ready:,}",
             f"{s.inflight:,}",
@@ -333,6 +372,8 @@ def render(snapshot: Snapshot, height: int = 50) -> Group:
 
 
 async def run_top(settings: Settings, interval_s: float, once: bool, as_json: bool) -> int:
+    # Each refresh opens a ZooKeeper session, which aiozk logs at INFO: not on this screen.
+    logging.getLogger("aiozk").setLevel(logging.WARNING)
     top = Top(settings)
     console = Console()
     timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
@@ -342,16 +383,21 @@ async def run_top(settings: Settings, interval_s: float, once: bool, as_json: bo
             await asyncio.sleep(interval_s)
             snapshot = await top.snapshot(http)
             if as_json:
-                print(orjson.dumps(snapshot.as_dict(), option=orjson.OPT_INDENT_2).decode())
+                print(shown_json(snapshot.as_dict()))
             else:
                 console.print(render(snapshot, console.size.height))
             return 0
-        snapshot = await top.snapshot(http)
+        snapshot = await top.snapshot(http)  # fails the command if there is no cluster
         try:
-            with Live(render(snapshot), console=console, screen=False, auto_refresh=False) as live:
+            first = render(snapshot, console.size.height)
+            with Live(first, console=console, screen=False, auto_refresh=False) as live:
                 while True:
                     await asyncio.sleep(interval_s)
-                    snapshot = await top.snapshot(http)
-                    live.update(render(snapshot, console.size.height), refresh=True)
-        except (KeyboardInterrupt, asyncio.CancelledError):
+                    problem = None
+                    try:
+                        snapshot = await top.snapshot(http)
+                    except Exception as exc:  # ZooKeeper or Redis away for a moment
+                        problem = f"{type(exc).__name__}: {exc}"
+                    live.update(render(snapshot, console.size.height, problem), refresh=True)
+        except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C: the normal way out
             return 0

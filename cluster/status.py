@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
-from aiozk import exc
+from aiozk import ZKClient, exc
 
 from cluster.config import Settings
 from cluster.contract import member_id
@@ -47,10 +47,43 @@ class ClusterStatus:
 
 
 async def read_status(settings: Settings) -> ClusterStatus:
-    root = settings.zk_cluster_root
-    # Authenticated with zk_auth, like the nodes: a protected cluster refuses others.
-    zk = await open_zk(settings)
+    """The cluster's status, read once (its own ZooKeeper session and Redis connection)."""
+    reader = await StatusReader.open(settings)
     try:
+        return await reader.read()
+    finally:
+        await reader.close()
+
+
+class StatusReader:
+    """Reads the status again and again over one ZooKeeper session and one Redis
+    connection (`delayq top` refreshes every second)."""
+
+    def __init__(self, settings: Settings, zk: ZKClient, redis: RedisClient) -> None:
+        self.settings = settings
+        self.zk = zk
+        self.redis = redis
+
+    @classmethod
+    async def open(cls, settings: Settings) -> StatusReader:
+        # Authenticated with zk_auth, like the nodes: a protected cluster refuses others.
+        zk = await open_zk(settings)
+        try:
+            redis = await open_redis(settings)
+        except BaseException:
+            await zk.close()
+            raise
+        return cls(settings, zk, redis)
+
+    async def close(self) -> None:
+        try:
+            await self.zk.close()
+        finally:
+            await self.redis.aclose()
+
+    async def read(self) -> ClusterStatus:
+        settings, zk = self.settings, self.zk
+        root = settings.zk_cluster_root
         try:
             config = orjson.loads(await zk.get_data(f"{root}/config"))
         except exc.NoNode:
@@ -72,29 +105,27 @@ async def read_status(settings: Settings) -> ClusterStatus:
             data, stat = await zk.get(f"{root}/slots/{slot}")
             record = orjson.loads(data) if data else {}
             owners.append((record.get("owner"), record.get("node_id"), int(stat.version)))
-    finally:
-        await zk.close()
-    depths = await _depths(settings, slots)
-    return ClusterStatus(
-        root,
-        slots,
-        members,
-        [
-            SlotStatus(
-                slot,
-                owner,
-                node if owner else None,
-                epoch,
-                depths[slot].epoch,
-                depths[slot].delay,
-                depths[slot].ready,
-                depths[slot].inflight,
-                depths[slot].dead,
-                depths[slot].overdue_ms,
-            )
-            for slot, (owner, node, epoch) in enumerate(owners)
-        ],
-    )
+        depths = await slot_depths(self.redis, KeySpace(settings.key_prefix), range(slots))
+        return ClusterStatus(
+            root,
+            slots,
+            members,
+            [
+                SlotStatus(
+                    slot,
+                    owner,
+                    node if owner else None,
+                    epoch,
+                    depths[slot].epoch,
+                    depths[slot].delay,
+                    depths[slot].ready,
+                    depths[slot].inflight,
+                    depths[slot].dead,
+                    depths[slot].overdue_ms,
+                )
+                for slot, (owner, node, epoch) in enumerate(owners)
+            ],
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,14 +178,6 @@ async def slot_depths(
         overdue = max((now_ms - due for due in due_times if due <= now_ms), default=0)
         result[slot] = SlotDepth(int(epoch or 0), delay, ready, inflight, dead, journal, overdue)
     return result
-
-
-async def _depths(settings: Settings, slots: int) -> dict[int, SlotDepth]:
-    redis = await open_redis(settings)
-    try:
-        return await slot_depths(redis, KeySpace(settings.key_prefix), range(slots))
-    finally:
-        await redis.aclose()
 
 
 def render(status: ClusterStatus) -> str:

@@ -4,7 +4,8 @@
     delayq top --once [--json]    # one snapshot, for scripts and tests
 
 Each refresh reads the members, the slot map and every slot's depth as `delayq cluster
-status` does (cluster/status.py), and scrapes every member's /metrics at the URL it
+status` does (cluster/status.py, over one ZooKeeper session and Redis connection kept
+between refreshes), and scrapes every member's /metrics at the URL it
 published in ZooKeeper (nodes run with metrics_port set; others show "metrics off").
 Fire rates and lateness quantiles are over the last refresh interval: the difference
 between two scrapes, the quantiles interpolated within the histogram's buckets the way
@@ -14,6 +15,7 @@ Prometheus' histogram_quantile() does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -30,7 +32,7 @@ from rich.text import Text
 
 from cluster.cli import shown, shown_json
 from cluster.config import Settings
-from cluster.status import ClusterStatus, SlotStatus, read_status
+from cluster.status import ClusterStatus, SlotStatus, StatusReader
 
 SCRAPE_TIMEOUT_S = 2.0
 Buckets = list[tuple[float, float]]  # (upper bound, cumulative count), +Inf last
@@ -266,18 +268,32 @@ async def scrape_members(
 
 
 class Top:
-    """Keeps the previous scrape of each member between refreshes."""
+    """Keeps the previous scrape of each member, and one ZooKeeper session and Redis
+    connection, between refreshes."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.previous: dict[str, Scrape | str] = {}
+        self.reader: StatusReader | None = None
 
     async def snapshot(self, http: aiohttp.ClientSession) -> Snapshot:
-        status = await read_status(self.settings)
+        if self.reader is None:
+            self.reader = await StatusReader.open(self.settings)
+        try:
+            status = await self.reader.read()
+        except BaseException:
+            await self.close()  # the next refresh connects afresh
+            raise
         scrapes = await scrape_members(http, status.members)
         snapshot = build_snapshot(status, scrapes, self.previous)
         self.previous = scrapes
         return snapshot
+
+    async def close(self) -> None:
+        reader, self.reader = self.reader, None
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                await reader.close()
 
 
 # ----- drawing ----------------------------------------------------------------------------------
@@ -372,32 +388,46 @@ def render(snapshot: Snapshot, height: int = 50, problem: str | None = None) -> 
 
 
 async def run_top(settings: Settings, interval_s: float, once: bool, as_json: bool) -> int:
-    # Each refresh opens a ZooKeeper session, which aiozk logs at INFO: not on this screen.
+    # aiozk logs its session's (re)connections at INFO: not on this screen.
     logging.getLogger("aiozk").setLevel(logging.WARNING)
     top = Top(settings)
-    console = Console()
     timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
-    async with aiohttp.ClientSession(timeout=timeout) as http:
-        if once:
-            await top.snapshot(http)  # the first scrape: rates need two
-            await asyncio.sleep(interval_s)
-            snapshot = await top.snapshot(http)
-            if as_json:
-                print(shown_json(snapshot.as_dict()))
-            else:
-                console.print(render(snapshot, console.size.height))
-            return 0
-        snapshot = await top.snapshot(http)  # fails the command if there is no cluster
-        try:
-            first = render(snapshot, console.size.height)
-            with Live(first, console=console, screen=False, auto_refresh=False) as live:
-                while True:
-                    await asyncio.sleep(interval_s)
-                    problem = None
-                    try:
-                        snapshot = await top.snapshot(http)
-                    except Exception as exc:  # ZooKeeper or Redis away for a moment
-                        problem = f"{type(exc).__name__}: {exc}"
-                    live.update(render(snapshot, console.size.height, problem), refresh=True)
-        except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C: the normal way out
-            return 0
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            if once:
+                return await _print_once(top, http, interval_s, as_json)
+            return await _live(top, http, interval_s)
+    finally:
+        await top.close()
+
+
+async def _print_once(
+    top: Top, http: aiohttp.ClientSession, interval_s: float, as_json: bool
+) -> int:
+    await top.snapshot(http)  # the first scrape: rates need two
+    await asyncio.sleep(interval_s)
+    snapshot = await top.snapshot(http)
+    if as_json:
+        print(shown_json(snapshot.as_dict()))
+    else:
+        console = Console()
+        console.print(render(snapshot, console.size.height))
+    return 0
+
+
+async def _live(top: Top, http: aiohttp.ClientSession, interval_s: float) -> int:
+    console = Console()
+    snapshot = await top.snapshot(http)  # fails the command if there is no cluster
+    try:
+        first = render(snapshot, console.size.height)
+        with Live(first, console=console, screen=False, auto_refresh=False) as live:
+            while True:
+                await asyncio.sleep(interval_s)
+                problem = None
+                try:
+                    snapshot = await top.snapshot(http)
+                except Exception as exc:  # ZooKeeper or Redis away for a moment
+                    problem = f"{type(exc).__name__}: {exc}"
+                live.update(render(snapshot, console.size.height, problem), refresh=True)
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C: the normal way out
+        return 0

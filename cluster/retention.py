@@ -5,7 +5,8 @@
 
 A job is old when its row last changed (gmt_modified: the fire or the cancel) before
 the cut-off, on the MySQL server's clock. Pending, retrying and dead jobs are never
-deleted: a dead job stays until it is replayed or purged (`delayq dead`).
+deleted: a dead job stays, even once purged from Redis (`delayq dead purge`), since
+`delayq dead replay --job-id` can still revive it from its row.
 
 Deleting is done in batches of `batch` jobs per shard, one short transaction each: the
 batch's rows are locked (READ COMMITTED: only those rows, no gap locks that would hold

@@ -75,7 +75,7 @@ async def produce(settings: Settings, topic: str, rate: int, duration_s: float) 
 async def reading(settings: Settings, started: float) -> dict[str, float]:
     jobs, history = await row_counts(settings)
     size = await mysql_size(settings)
-    point = {
+    point: dict[str, float] = {
         "t_s": round(time.monotonic() - started),
         "job_rows": jobs,
         "history_rows": history,
@@ -87,6 +87,23 @@ async def reading(settings: Settings, started: float) -> dict[str, float]:
         flush=True,
     )
     return point
+
+
+def print_summary(series: list[dict[str, float]], by_hand: dict[str, Any]) -> None:
+    """The readings as one Markdown table, a column per reading (docs/benchmarks.md)."""
+    columns = [(f"{p['t_s']:g} s", p) for p in series]
+    if by_hand:
+        columns += [("before pruning", by_hand["before"]), ("after pruning", by_hand["after"])]
+    rows = [
+        ("job rows", lambda p: f"{int(p['job_rows']):,}"),
+        ("history rows", lambda p: f"{int(p['history_rows']):,}"),
+        ("tables (data + index)", lambda p: f"{p['mysql_bytes'] / 2**20:.1f} MiB"),
+    ]
+    print()
+    print("| t | " + " | ".join(name for name, _ in columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    for label, cell in rows:
+        print(f"| {label} | " + " | ".join(cell(p) for _, p in columns) + " |")
 
 
 async def prune_by_hand(settings: Settings) -> dict[str, float]:
@@ -145,6 +162,11 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=15.0, help="seconds between readings")
     args = parser.parse_args()
     result = uvloop.run(run(args))
+    print(
+        f"{result['scheduled']:,} jobs scheduled at {args.rate}/s for {args.duration:g} s, "
+        f"retention {args.keep:g} s (0: off), retention_interval_s {RETENTION_INTERVAL_S}"
+    )
+    print_summary(result["series"], result["prune_at_end"])
     path = RESULTS / f"retention_bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))

@@ -122,16 +122,19 @@ def _parser() -> argparse.ArgumentParser:
         help="database schema and retention",
         description="migrate: apply to every shard, in order, the schema/NNN_*.sql "
         "migrations the database has not recorded yet (idempotent). prune: delete the "
-        "fired and cancelled jobs last changed more than --older-than ago, with their "
-        "history, in every shard, in batches of retention_batch (what nodes do every "
-        "retention_interval_s for retention_days); pending, retrying and dead jobs stay.",
+        "fired and cancelled jobs last changed more than --older-than AGE ago (on the "
+        "MySQL server's clock), with their history, in every shard and slot, in batches "
+        "of retention_batch, one short transaction each (what nodes do every "
+        "retention_interval_s for retention_days), and print how many rows went "
+        "(--dry-run: how many would); pending, retrying and dead jobs stay.",
     )
     db.add_argument("action", choices=["migrate", "prune"], help="migrate or prune")
     db.add_argument(
         "--older-than",
         metavar="AGE",
         type=_age_s,
-        help="prune: the age, a number with a unit s, m, h or d (e.g. 7d, 12h, 90m)",
+        help="prune (required): the age, a number more than 0 with a unit s, m, h or d "
+        "(e.g. 7d, 12h, 30m, 90s)",
     )
     db.add_argument(
         "--dry-run",
@@ -287,9 +290,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "db":
             if args.action == "prune":
                 if args.older_than is None:
-                    print("delayq db prune: --older-than AGE is required", file=sys.stderr)
+                    print(
+                        "delayq db prune: --older-than AGE is required (e.g. 7d)",
+                        file=sys.stderr,
+                    )
                     return 2
                 return _run(_prune(settings, args.older_than, args.dry_run))
+            if args.older_than is not None or args.dry_run:
+                print(
+                    "delayq db migrate: --older-than and --dry-run belong to prune; "
+                    "nothing was migrated",
+                    file=sys.stderr,
+                )
+                return 2
             return _run(_migrate(settings))
         if args.command == "node":
             if args.check:
@@ -335,37 +348,61 @@ def _run(coro: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(coro)
 
 
-AGE_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 def _age_s(text: str) -> float:
     """`7d` → seconds; an argparse type, so a bad age is a usage error (exit 2)."""
+    import math
+
+    from cluster.retention import AGE_UNITS_S
+
     number, unit = text[:-1], text[-1:]
     try:
         seconds = float(number) * AGE_UNITS_S[unit]
     except (KeyError, ValueError):
+        seconds = math.nan
+    if not math.isfinite(seconds):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not an age: a number and a unit s, m, h or d (e.g. 7d)"
-        ) from None
-    if not seconds > 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: the age must be more than 0")
+            f"'{shown(text)}' is not an age: a number and a unit s, m, h or d (e.g. 7d)"
+        )
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"'{shown(text)}': the age must be more than 0")
     return seconds
 
 
 async def _prune(settings: Settings, older_than_s: float, dry_run: bool) -> int:
+    import contextlib
+
+    import pymysql
+
     from cluster.mysql_store import MySQLStore
-    from cluster.retention import prune
+    from cluster.retention import Pruned, age_text, prune, prune_batches
 
     store = MySQLStore(settings, "cli")
-    await store.open()
+    pruned = Pruned()
     try:
-        pruned = await prune(store, older_than_s, settings.retention_batch, dry_run=dry_run)
-    finally:
-        await store.close()
+        await store.open()
+        try:
+            if dry_run:
+                pruned = await prune(store, older_than_s, settings.retention_batch, dry_run=True)
+            else:
+                batches = prune_batches(store, older_than_s, settings.retention_batch)
+                async with contextlib.aclosing(batches):
+                    async for done in batches:
+                        pruned += done
+        finally:
+            await store.close()
+    except (pymysql.err.Error, OSError) as exc:
+        done_so_far = (
+            "nothing was deleted"
+            if dry_run or not pruned.jobs
+            else f"{pruned.jobs} job(s) and {pruned.history} history row(s) were deleted "
+            "before it; run it again to go on"
+        )
+        print(f"delayq db prune: MySQL failed: {shown(exc)}; {done_so_far}", file=sys.stderr)
+        return 1
     verb = "would delete" if dry_run else "deleted"
     print(
         f"{verb} {pruned.jobs} fired or cancelled job(s) and {pruned.history} history "
-        f"row(s) last changed more than {older_than_s / 86400:g} day(s) ago"
+        f"row(s) older than {age_text(older_than_s)}"
     )
     return 0
 

@@ -58,7 +58,7 @@ import datetime as dt
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from redis.asyncio.cluster import RedisCluster
@@ -88,7 +88,8 @@ WATCH_INTERVAL_S = 1.0
 @dataclass
 class ReconcileResult:
     examined: int = 0
-    readded: int = 0
+    readded: int = 0  # added, but Redis should have held them: what it had lost
+    loaded: int = 0  # added, having come within the horizon since the last load
     refused: int = 0  # cancelled or fired meanwhile
 
 
@@ -105,9 +106,11 @@ async def reconcile(
     *,
     since_ms: int | None = None,
     until_ms: int | None = None,
+    loaded_from_ms: Mapping[int, int] | None = None,
 ) -> ReconcileResult:
     """Add to Redis every pending or retrying job of `slots` due in [since_ms, until_ms)
-    (unbounded where None) that Redis does not hold."""
+    (unbounded where None) that Redis does not hold. An added job due at or after its
+    slot's loaded_from_ms counts as loaded (tiering), any other as re-added (drift)."""
     wanted = sorted(set(slots))
     result = ReconcileResult()
     if not wanted:
@@ -125,7 +128,7 @@ async def reconcile(
                     break
                 if time.monotonic() - started > budget_s:
                     continue  # too slow to be safe against markers expiring: read it again
-                await _add_records(scripts, rows, result)
+                await _add_records(scripts, rows, result, loaded_from_ms)
                 result.examined += len(rows)
                 last = rows[-1]
                 cursor = (
@@ -174,18 +177,29 @@ async def reconcile_recent(
 
 
 async def _add_records(
-    scripts: Scripts, rows: Iterable[JobRecord], result: ReconcileResult
+    scripts: Scripts,
+    rows: Iterable[JobRecord],
+    result: ReconcileResult,
+    loaded_from_ms: Mapping[int, int] | None = None,
 ) -> None:
     """Run the add script on these MySQL rows (one pipelined round trip for all their
-    slots) and count what it added and refused into result."""
+    slots) and count what it added (re-added, or loaded: due at or after the slot's
+    loaded_from_ms) and refused into result."""
     by_slot: dict[int, list[NewJob]] = defaultdict(list)
     for row in rows:
         by_slot[row.slot].append(NewJob.from_record(row))
     if not by_slot:
         return
-    for _, statuses in (await scripts.add_many(by_slot)).values():
-        result.readded += statuses.count(AddCode.ADDED)
+    for slot, (_, statuses) in (await scripts.add_many(by_slot)).items():
         result.refused += statuses.count(AddCode.REFUSED)
+        fresh_from = None if loaded_from_ms is None else loaded_from_ms.get(slot)
+        for job, status in zip(by_slot[slot], statuses, strict=True):
+            if status != AddCode.ADDED:
+                continue
+            if fresh_from is not None and job.due_ms >= fresh_from:
+                result.loaded += 1
+            else:
+                result.readded += 1
 
 
 async def _absent(scripts: Scripts, page: list[tuple[dt.datetime, str, int]]) -> list[str]:
@@ -253,9 +267,19 @@ class Reconciler(Actor):
         while (slots := await self.next_batch(self.inbox)) is not None:
             owned = [slot for slot in slots if self.ownership.owns(slot)]
             until = load_bound_ms(self.settings)
+            # Jobs due after what was loaded already were MySQL's only (tiering); before
+            # it, Redis should hold them. A slot just taken: its last owner loaded at
+            # least horizon/4 ahead (it loads up to horizon/2 ahead every horizon/4).
+            taken_bound = int(time.time() * 1000) + self.settings.redis_horizon_ms // 4
+            loaded_from = {slot: self._loaded_until.get(slot, taken_bound) for slot in owned}
             try:
                 result = await reconcile(
-                    self.settings, self.mysql, self.scripts, owned, until_ms=until
+                    self.settings,
+                    self.mysql,
+                    self.scripts,
+                    owned,
+                    until_ms=until,
+                    loaded_from_ms=loaded_from,
                 )
             except Exception as exc:
                 log.warning("reconciling %d slot(s) failed, will retry: %s", len(owned), exc)
@@ -266,13 +290,15 @@ class Reconciler(Actor):
             for slot in owned:
                 self._loaded_until[slot] = max(self._loaded_until.get(slot, 0), until)
             self.readded_total += result.readded
-            if result.readded:
-                # Jobs that came within the horizon since the slot's last owner loaded
-                # it, or that Redis lost.
+            self.loaded_total += result.loaded
+            if result.readded or result.loaded:
                 log.info(
-                    "added %d job(s) from MySQL to %d slot(s) (%d examined)",
-                    result.readded,
+                    "added %d job(s) from MySQL to %d slot(s): %d Redis had lost, %d that "
+                    "came within the horizon (%d examined)",
+                    result.readded + result.loaded,
                     len(owned),
+                    result.readded,
+                    result.loaded,
                     result.examined,
                 )
 
@@ -374,6 +400,6 @@ class Reconciler(Actor):
             )
             for slot in slots:  # a take-time pass meanwhile may have gone further
                 self._loaded_until[slot] = max(self._loaded_until.get(slot, 0), until)
-            added += result.readded
+            added += result.readded + result.loaded
         self.loaded_total += added
         return added

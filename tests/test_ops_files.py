@@ -22,7 +22,6 @@ from __future__ import annotations
 import importlib
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ import pytest
 
 from actors.histogram import LATENESS_BUCKETS_S, Histograms
 from actors.metrics import METRIC_NAMES
+from devstack.packages import ensure_prometheus, find_program
 
 yaml: Any
 try:  # not a dependency of delayq: without it the tests read the text
@@ -53,9 +53,11 @@ LE_MATCHER = re.compile(r"""\ble\s*=~?\s*\\?["']([^"'\\]+)""")
 
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    found = shutil.which("promtool") or shutil.which("promtool", path="/usr/bin")
-    if found is None:
-        pytest.skip("promtool not found: install Debian's `prometheus` package to run this")
+    """Debian's prometheus package has promtool; installed when missing, as for the
+    Prometheus that scrapes a node in tests/test_operations.py."""
+    ensure_prometheus()
+    found = find_program("promtool")
+    assert found is not None
     return found
 
 

@@ -253,6 +253,8 @@ class Dispatcher(Actor):
                         failed[id(future)] = error
             if len(failed) < len(unique):
                 failpoints.hit("after-publish")
+            # When each batch was acknowledged, on the Redis clock: once per batch.
+            acked_ms = {key: self.scanner.redis_ms(at) for key, at in acked_at.items()}
             published: dict[int, list[bytes]] = {}
             for slot, items in sent.items():
                 errors = {
@@ -265,7 +267,7 @@ class Dispatcher(Actor):
                 ok = [item for item in items if item.job_id not in errors]
                 if ok:
                     published[slot] = [item.job_id for item in ok]
-                    self._observe(ok, acked_at)
+                    self._observe(ok, acked_ms)
             if published:
                 await self._ack(published)
                 failpoints.hit("after-ack")
@@ -275,13 +277,13 @@ class Dispatcher(Actor):
         finally:
             self._round_finished(held, in_flight)
 
-    def _observe(self, published: list[Sent], acked_at: dict[int, float]) -> None:
-        """Count and time jobs the broker acknowledged (the metrics), a batch at a time."""
+    def _observe(self, published: list[Sent], acked_ms: dict[int, float]) -> None:
+        """Count and time jobs the broker acknowledged (the metrics), a batch at a time;
+        acked_ms: future → Redis-clock ms the broker acknowledged its batch."""
         lateness: dict[str, list[float]] = defaultdict(list)
         publish_s: list[float] = []
-        redis_ms = self.scanner.redis_ms
         for item in published:
-            at_ms = redis_ms(acked_at[id(item.future)])
+            at_ms = acked_ms[id(item.future)]
             lateness[item.topic].append((at_ms - item.due_ms) / 1000)
             publish_s.append((at_ms - item.claimed_ms) / 1000)
         for topic, values in lateness.items():

@@ -198,6 +198,8 @@ class Settings:
             "kafka_max_batch_bytes",
             "zk_session_timeout_ms",
             "redis_horizon_ms",
+            "stats_interval_ms",
+            "retention_batch",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -217,9 +219,6 @@ class Settings:
             )
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port must be 0 (off) to 65535, got {self.metrics_port}")
-        for name in ("stats_interval_ms", "retention_batch"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("stall_timeout_s", "ready_timeout_s", "retention_interval_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")

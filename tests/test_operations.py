@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from devstack import stack
 from devstack.nodes import settings_env
 from devstack.prometheus import PrometheusServer
 from tests.conftest import Collector, wait_for
+from tests.forwarder import free_port
 from tests.processes import NodeProcess
 
 pytestmark = pytest.mark.slow
@@ -31,13 +31,6 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 ALERT_RULES = ROOT / "ops" / "prometheus" / "alerts.yml"
 JOBS = 400
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def metrics_env(port: int, **more: str) -> dict[str, str]:

@@ -35,8 +35,9 @@ from cluster.top import (
 )
 from devstack.nodes import settings_env
 from tests.conftest import Collector, wait_for
+from tests.forwarder import free_port
 from tests.processes import NodeProcess
-from tests.test_operations import fetch, free_port, metrics_env
+from tests.test_operations import fetch, metrics_env
 
 
 def scrape_text(

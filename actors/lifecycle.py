@@ -111,13 +111,17 @@ class Actor:
     async def sleep(self, seconds: float) -> bool:
         """Sleep for `seconds` unless stopped first; True while the actor goes on."""
         if seconds > 0 and not self._stopping.is_set():
-            with self.waiting():
-                try:
-                    async with asyncio.timeout(seconds):
-                        await self._stopping.wait()
-                except TimeoutError:
-                    pass
+            await self.wait_event(self._stopping, seconds)
         return not self._stopping.is_set()
+
+    async def wait_event(self, event: asyncio.Event, timeout_s: float) -> None:
+        """Wait until `event` is set or timeout_s passed, as waiting for work (idle)."""
+        with self.waiting():
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await event.wait()
+            except TimeoutError:
+                pass
 
     async def next_batch(self, queue: SlotQueue) -> list[int] | None:
         """Every slot waiting in queue (waiting for the first), or None once stopping."""

@@ -224,12 +224,7 @@ class Membership(Actor):
             except Exception as error:  # ZooKeeper or Redis unreachable: try again soon
                 log.warning("membership: %s: %s", type(error).__name__, error)
             self.held.changed.clear()
-            with self.waiting():
-                try:
-                    async with asyncio.timeout(RECONCILE_INTERVAL_S):
-                        await self.held.changed.wait()
-                except TimeoutError:
-                    pass
+            await self.wait_event(self.held.changed, RECONCILE_INTERVAL_S)
         await self.leave()
 
     async def _reconcile(self) -> None:

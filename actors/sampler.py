@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 from aiokafka import AIOKafkaProducer
 
@@ -56,40 +57,36 @@ class Sampler(Actor):
                 break
 
     async def sample(self) -> None:
-        await asyncio.gather(self._sample_redis(), self._check_mysql(), self._check_kafka())
+        await asyncio.gather(
+            self._check("redis", self._sample_depths),
+            self._check("mysql", self._ask_mysql),
+            self._check("kafka", self._ask_kafka),
+        )
 
-    async def _sample_redis(self) -> None:
+    async def _check(self, store: str, ask: Callable[[], Awaitable[bool]]) -> None:
+        """Mark `store` as answering if ask() returns True within timeout_s."""
         try:
             async with asyncio.timeout(self.timeout_s):
-                self.depths = await slot_depths(
-                    self.redis, self.keys, sorted(self.ownership.owned())
-                )
+                answered = await ask()
         except Exception as exc:
-            self.warn("sampling the slots' depths failed: %s", exc, every_s=30)
-            return
-        self.last_ok["redis"] = time.monotonic()
-
-    async def _check_mysql(self) -> None:
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                await self.mysql.server_now()
-        except Exception as exc:
-            self.warn("MySQL did not answer: %s", exc, every_s=30)
-            return
-        self.last_ok["mysql"] = time.monotonic()
-
-    async def _check_kafka(self) -> None:
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                # A metadata request to a broker: False when none answered.
-                answered = await self.producer.client.force_metadata_update()
-        except Exception as exc:
-            self.warn("Kafka did not answer: %s", exc, every_s=30)
+            self.warn("%s did not answer the node's check: %s", store, exc, every_s=30)
             return
         if answered:
-            self.last_ok["kafka"] = time.monotonic()
+            self.last_ok[store] = time.monotonic()
         else:
-            self.warn("Kafka did not answer a metadata request", every_s=30)
+            self.warn("%s did not answer the node's check", store, every_s=30)
+
+    async def _sample_depths(self) -> bool:
+        self.depths = await slot_depths(self.redis, self.keys, sorted(self.ownership.owned()))
+        return True
+
+    async def _ask_mysql(self) -> bool:
+        await self.mysql.server_now()
+        return True
+
+    async def _ask_kafka(self) -> bool:
+        # A metadata request to a broker: False when none answered.
+        return bool(await self.producer.client.force_metadata_update())
 
     def store_ages_s(self) -> dict[str, float | None]:
         """Seconds since each store last answered; None if it has not since the start."""

@@ -116,12 +116,7 @@ class SlotScanner(Actor):
                 wait_s = min(wait_s, (self._heap[0][0] - self.redis_now_ms()) / 1000)
             if wait_s > 0:
                 self._notified.clear()
-                with self.waiting():
-                    try:
-                        async with asyncio.timeout(wait_s):
-                            await self._notified.wait()
-                    except TimeoutError:
-                        pass
+                await self.wait_event(self._notified, wait_s)
 
     async def _send_due(self, now: float) -> None:
         while self._heap and self._heap[0][0] <= now and not self.stopping:

@@ -222,7 +222,7 @@ class DelayClient:
         slots = [slot_of(job.job_id, self.settings.slots) for job in jobs]
         unreachable = (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError)
         try:
-            await self.mysql.insert_jobs(jobs, slots)
+            inserted = await self.mysql.insert_jobs(jobs, slots)
         except CommitUnknown as exc:
             # Rows that are there were committed (the write is all or nothing); rows
             # that are not may still be on their way, so that outcome stays unknown.
@@ -240,6 +240,8 @@ class DelayClient:
             raise StoreUnavailable(f"MySQL is unreachable, nothing was scheduled: {exc}") from exc
         else:
             rows = {}
+            if inserted == len(jobs):
+                keyed = set()  # every row is new: none to read back (see _add_committed)
         try:
             await self._add_committed(jobs, slots, keyed, rows)
         except (*unreachable, redis.exceptions.RedisError, TimeoutError) as exc:

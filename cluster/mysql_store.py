@@ -163,15 +163,18 @@ class MySQLStore:
 
     # ----- producer side -----------------------------------------------------------------
 
-    async def insert_jobs(self, jobs: Sequence[ValidJob], slots: Sequence[int]) -> None:
+    async def insert_jobs(self, jobs: Sequence[ValidJob], slots: Sequence[int]) -> int:
         """Insert each job; an existing job_id keeps its row. Multi-row statements, in
-        one transaction when there are several.
+        one transaction when there are several. Returns how many rows were new: when it
+        is len(jobs), no job_id existed before, and nothing needs reading back.
 
         "ON DUPLICATE KEY UPDATE job_id = job_id" rather than INSERT IGNORE: same effect,
-        but no MySQL warning (which costs aiomysql a SHOW WARNINGS round trip).
+        but no MySQL warning (which costs aiomysql a SHOW WARNINGS round trip). Without
+        the FOUND_ROWS client flag (never set here) MySQL counts an inserted row as 1
+        and a kept one, whose update changes nothing, as 0.
         """
         if not jobs:
-            return
+            return 0
         by_shard: dict[tuple[int, int], list[int]] = defaultdict(list)
         for index, job in enumerate(jobs):
             by_shard[
@@ -188,12 +191,13 @@ class MySQLStore:
             committing = not in_transaction
             try:
                 async with conn.cursor() as cur:
-                    await sql.execute_overlapped(
+                    inserted = await sql.execute_overlapped(
                         cur, chain([first], [second] if second else [], statements)
                     )
                 if in_transaction:
                     committing = True
                     await conn.commit()
+                return inserted
             except pymysql.err.OperationalError as exc:
                 if committing and exc.args and exc.args[0] == sql.LOST_DURING_QUERY:
                     raise CommitUnknown(str(exc)) from exc

@@ -205,18 +205,21 @@ class DatetimeLiterals:
         return f"'{text}.{millis:03d}'"
 
 
-async def execute_overlapped(cur: Any, statements: Iterable[str]) -> None:
+async def execute_overlapped(cur: Any, statements: Iterable[str]) -> int:
     """Run the statements in order, building each next one while MySQL runs the last:
-    the producer's CPU and the database's work overlap instead of taking turns."""
-    running: asyncio.Task[Any] | None = None
+    the producer's CPU and the database's work overlap instead of taking turns. Returns
+    the rows they affected, added up."""
+    running: asyncio.Task[int] | None = None
+    affected = 0
     try:
         for statement in statements:
             if running is not None:
-                await running
+                affected += await running
             running = asyncio.create_task(cur.execute(statement))
             await asyncio.sleep(0)  # the task sends the statement before we build on
         if running is not None:
-            await running
+            affected += await running
+        return affected
     finally:
         if running is not None and not running.done():
             # Building failed: the connection must not go back to the pool mid-query.

@@ -85,6 +85,39 @@ async def test_schedule_many_returns_ids_in_order(client: DelayClient, redis: Re
     assert len(await delay_scores(client, redis, keyed)) == 1
 
 
+async def test_a_batch_of_new_and_existing_caller_ids_keeps_the_existing_rows(
+    client: DelayClient, redis: RedisClient
+) -> None:
+    """The read-back of existing rows is skipped only when every row was new: a batch
+    where one caller id exists keeps that job's first due time and payload in Redis,
+    and a cancelled one stays out of Redis."""
+    kept, cancelled = new_id(), new_id()
+    await client.schedule("t", "first", delay=60, job_id=kept)
+    await client.schedule("t", "first", delay=60, job_id=cancelled)
+    assert await client.cancel(cancelled)
+    fresh = [new_id() for _ in range(3)]
+    jobs = [Job("t", "second", delay=90, job_id=job_id) for job_id in [kept, cancelled, *fresh]]
+    assert await client.schedule_many(jobs) == [kept, cancelled, *fresh]
+    record = await client.get(kept)
+    assert record is not None and record.payload_json == '"first"'
+    assert await delay_scores(client, redis, kept) == [record.due_ms]
+    assert await delay_scores(client, redis, cancelled) == []
+    for job_id in fresh:
+        row = await client.get(job_id)
+        assert row is not None and await delay_scores(client, redis, job_id) == [row.due_ms]
+
+
+async def test_insert_jobs_counts_only_new_rows(client: DelayClient) -> None:
+    now = now_ms()
+    ids = [new_id() for _ in range(4)]
+    jobs = [
+        validate_job(Job("t", 1, delay=60, job_id=job_id), client.settings, now) for job_id in ids
+    ]
+    slots = [slot_of(job_id, client.settings.slots) for job_id in ids]
+    assert await client.mysql.insert_jobs(jobs[:1], slots[:1]) == 1
+    assert await client.mysql.insert_jobs(jobs, slots) == 3
+
+
 async def test_bad_input_changes_nothing(client: DelayClient, redis: RedisClient) -> None:
     good, bad = new_id(), new_id()
     with pytest.raises(InvalidJob, match="job 1: topic"):
@@ -427,13 +460,13 @@ async def test_statements_of_multibyte_payloads_stay_under_statement_bytes(
     sizes: list[int] = []
     execute = sql.execute_overlapped
 
-    async def recording(cur: Any, statements: Any) -> None:
+    async def recording(cur: Any, statements: Any) -> int:
         def each() -> Any:
             for statement in statements:
                 sizes.append(len(statement.encode()))
                 yield statement
 
-        await execute(cur, each())
+        return await execute(cur, each())
 
     monkeypatch.setattr(sql, "execute_overlapped", recording)
     payload = "\U0001f600" * 16_000  # 16,000 characters, 64,000 bytes as UTF-8

@@ -8,6 +8,14 @@ distinct error for the rest. The ack journals
 "fired" for the recorder, which marks the MySQL rows. A crash anywhere in between
 leaves the jobs in flight; the retry-reaper returns them after their deadline, so a
 crash can cause a duplicate, never a loss.
+
+Fire advance: the mover moves jobs up to fire_advance_ms before their due time, so a
+claim can return jobs that are not due yet. Each such job is held in the round's task
+and published once the Redis clock has passed its due time: the claim script's Redis
+TIME is a reading taken before its reply arrived, so (due − that reading) ms of the
+local monotonic clock after the reply always ends after the due time, whatever the
+node's wall clock says. Its record's fired_ms is that reading plus the time held, never
+below due_ms.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from actors.queues import SlotQueue
 from actors.scanner import SlotScanner
 from cluster.config import Settings
 from cluster.contract import NO_TIME
-from cluster.envelope import Fire, fire_of
+from cluster.envelope import Fire, due_and_topic, fire_of
 from cluster.jobs import topic_allowed
 from cluster.scripts import Fenced, NotReplicated, Scripts, SlotFailed
 
@@ -50,7 +58,25 @@ class Sent:
     future: asyncio.Future[object]
     topic: str
     due_ms: int
-    claimed_ms: int  # Redis clock
+    claimed_ms: int  # Redis clock; for a held job, when it was released
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A claimed job that is not due yet: published at its due time (fire advance)."""
+
+    slot: int
+    job_id: bytes
+    envelope: bytes
+    attempt: int
+    due_ms: int
+    claimed_ms: int  # the claim script's Redis TIME
+    received: float  # time.monotonic() when the claim's reply had arrived
+
+    @property
+    def release_at(self) -> float:
+        """A time.monotonic() by which the Redis clock has passed due_ms."""
+        return self.received + (self.due_ms - self.claimed_ms) / 1000
 
 
 class Dispatcher(Actor):
@@ -132,15 +158,14 @@ class Dispatcher(Actor):
                         for slot, epoch in held
                         if self.ownership.owns(slot) and self.ownership.epoch(slot) == epoch
                     ]
-                    sent, more = await self._claim_and_send(still) if still else ({}, [])
+                    sent, later, more = await self._claim_and_send(still) if still else ({}, [], [])
                 except Exception as exc:
                     self.warn("claiming from %d slot(s) failed: %s", len(held), exc)
                     self._round_finished(held, in_flight)
                     await self.sleep(RETRY_AFTER_ERROR_S)
                     more = [slot for slot, _ in held]
                 else:
-                    deadline = time.monotonic() + self.settings.kafka_delivery_timeout_ms / 1000
-                    rounds.create_task(self._finish(held, sent, deadline, in_flight))
+                    rounds.create_task(self._finish(held, sent, later, in_flight))
                 for slot in more:
                     await self.inbox.put(slot)
 
@@ -152,11 +177,14 @@ class Dispatcher(Actor):
 
     async def _claim_and_send(
         self, held: list[tuple[int, int]]
-    ) -> tuple[dict[int, list[Sent]], list[int]]:
-        """Claim from every (slot, epoch) in one round trip and hand the jobs to the
-        publisher. Returns what was sent by slot, and the slots that may hold more."""
+    ) -> tuple[dict[int, list[Sent]], list[Held], list[int]]:
+        """Claim from every (slot, epoch) in one round trip and hand the jobs that are
+        due to the publisher. Returns what was sent by slot, the jobs to publish at
+        their due time (fire advance), and the slots that may hold more."""
         s = self.settings
         claims = await self.scripts.claim_many(held, s.claim_batch, s.inflight_timeout_ms)
+        received = time.monotonic()
+        later: list[Held] = []
         if any(isinstance(claim, tuple) and claim[1] for claim in claims):
             failpoints.hit("after-claim")
         fires: list[Fire] = []
@@ -191,14 +219,19 @@ class Dispatcher(Actor):
                 )
                 continue
             for job in claimed:
-                fire = fire_of(job.envelope, job.attempt, now_ms)
-                if not topic_allowed(s.allowed_topics, fire.topic):
+                due_ms, topic = due_and_topic(job.envelope)
+                if not topic_allowed(s.allowed_topics, topic):
                     refused[slot, epoch][job.job_id] = (
-                        f"TopicNotAllowed: topic {fire.topic!r} matches none of "
+                        f"TopicNotAllowed: topic {topic!r} matches none of "
                         f"allowed_topics={s.allowed_topics!r}"
                     )[:500]
                     continue
-                fires.append(fire)
+                if due_ms > now_ms:
+                    later.append(
+                        Held(slot, job.job_id, job.envelope, job.attempt, due_ms, now_ms, received)
+                    )
+                    continue
+                fires.append(fire_of(job.envelope, job.attempt, now_ms))
                 owners.append((slot, job.job_id, now_ms))
             if len(claimed) == s.claim_batch:
                 more.append(slot)
@@ -219,19 +252,53 @@ class Dispatcher(Actor):
                 owners, futures, fires, strict=True
             ):
                 sent[slot].append(Sent(job_id, future, fire.topic, fire.due_ms, claimed_ms))
-        return sent, more
+        return sent, later, more
+
+    async def _release(self, later: list[Held], sent: dict[int, list[Sent]]) -> None:
+        """Publish each held job once the Redis clock has passed its due time, those
+        released at the same moment together; add them to `sent`."""
+        later.sort(key=lambda job: job.release_at)
+        start = 0
+        while start < len(later):
+            now = time.monotonic()
+            wait_s = later[start].release_at - now
+            if wait_s > 0:
+                # Never interrupted by stop(): a clean stop publishes what it claimed,
+                # and the wait is at most fire_advance_ms.
+                await asyncio.sleep(wait_s)
+                continue
+            end = start
+            while end < len(later) and later[end].release_at <= now:
+                end += 1
+            batch, start = later[start:end], end
+            released: list[tuple[Held, int]] = []  # job, fired_ms
+            for job in batch:
+                held_ms = int((now - job.received) * 1000)
+                if held_ms > self.lease_ms:
+                    # This process was paused while holding it: like a stale claim, it
+                    # is left in flight for whoever owns the slot now.
+                    continue
+                released.append((job, max(job.claimed_ms + held_ms, job.due_ms)))
+            fires = [fire_of(job.envelope, job.attempt, fired_ms) for job, fired_ms in released]
+            futures = await self.publisher.publish(fires)
+            for (job, fired_ms), future, fire in zip(released, futures, fires, strict=True):
+                sent[job.slot].append(Sent(job.job_id, future, fire.topic, job.due_ms, fired_ms))
 
     async def _finish(
         self,
         held: list[tuple[int, int]],
         sent: dict[int, list[Sent]],
-        deadline: float,
+        later: list[Held],
         in_flight: asyncio.Semaphore,
     ) -> None:
-        """Wait for the broker until the delivery deadline, then ack what was published
-        (one round trip for all slots) and nack the rest."""
+        """Publish the held jobs at their due times, wait for the broker until the
+        delivery deadline, then ack what was published (one round trip for all slots)
+        and nack the rest."""
         epochs = dict(held)
         try:
+            if later:
+                await self._release(later, sent)
+            deadline = time.monotonic() + self.settings.kafka_delivery_timeout_ms / 1000
             unique = list(
                 {id(item.future): item.future for items in sent.values() for item in items}.values()
             )

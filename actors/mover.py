@@ -60,7 +60,7 @@ class Mover(Actor):
             return
         slots = [slot for slot, _ in held]
         try:
-            results = await self.scripts.move_many(held, self.batch)
+            results = await self.scripts.move_many(held, self.batch, self.scanner.lead_ms())
         except Exception as exc:
             self.warn("move of %d slot(s) failed: %s", len(slots), exc)
             for slot in slots:

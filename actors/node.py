@@ -174,7 +174,9 @@ class Node:
         held = HeldSlots()
         mover_queue, dispatch_queue = SlotQueue(s.queue_size), SlotQueue(s.queue_size)
         reconcile_queue = SlotQueue(s.queue_size)
-        scanner = SlotScanner(held, mover_queue, s.safety_wake_ms, s.clock_offset_ms)
+        scanner = SlotScanner(
+            held, mover_queue, s.safety_wake_ms, s.clock_offset_ms, s.fire_advance_ms
+        )
         mover = Mover(scripts, held, scanner, mover_queue, dispatch_queue, s.move_batch)
         dispatcher = Dispatcher(s, scripts, producer, held, scanner, dispatch_queue)
         reaper = RetryReaper(s, scripts, held, scanner)

@@ -10,6 +10,12 @@ pub/sub message). The scanner never touches jobs itself.
 Times are on the Redis server's clock: the mover reports Redis TIME with each move
 and the scanner keeps the offset to the local clock, so a node whose clock is off
 neither spins nor fires early (the move script judges "due" by Redis TIME anyway).
+
+With a fire advance (fire_advance_ms) a slot is sent half the advance before its next
+due time and the move takes the jobs due within the whole advance; the dispatcher holds each one
+until its due time by the Redis clock. Only while the offset is fresh (a move reported
+within OFFSET_FRESH_S): a node that has not heard the Redis clock lately moves at the
+due time, as without an advance.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ from cluster.contract import NO_TIME
 log = logging.getLogger(__name__)
 
 NEVER = 2**62
+# How long a measured offset to the Redis clock is trusted for the fire advance. Every
+# owned slot is moved at least every safety_wake_ms, which refreshes it.
+OFFSET_FRESH_S = 3.0
 
 
 class SlotScanner(Actor):
@@ -38,6 +47,7 @@ class SlotScanner(Actor):
         mover_queue: SlotQueue,
         safety_wake_ms: int,
         clock_offset_ms: int = 0,
+        fire_advance_ms: int = 0,
     ) -> None:
         super().__init__()
         self.ownership = ownership
@@ -50,6 +60,8 @@ class SlotScanner(Actor):
         self._notified = asyncio.Event()
         self._clock_offset_ms = clock_offset_ms  # a skewed node clock, for fault tests
         self._offset_ms = 0.0  # Redis clock minus local clock
+        self._offset_at = -OFFSET_FRESH_S  # time.monotonic() it was measured; never yet
+        self.fire_advance_ms = fire_advance_ms
         self._next_safety = 0.0  # time.monotonic() of the next safety wake
         # Slot → Redis ms the mover last moved jobs of it (the claim-stage metric).
         self.moved_ms: dict[int, int] = {}
@@ -68,6 +80,7 @@ class SlotScanner(Actor):
     def report(self, slot: int, next_due_ms: int, redis_now_ms: int) -> None:
         """The mover's word after a move: the slot's next due time is now exactly this."""
         self._offset_ms = redis_now_ms - self._local_ms()
+        self._offset_at = time.monotonic()
         due = NEVER if next_due_ms == NO_TIME else next_due_ms
         # A wake that arrived while the move was running may be earlier.
         due = min(due, self._moving.pop(slot, NEVER))
@@ -90,6 +103,13 @@ class SlotScanner(Actor):
     def redis_now_ms(self) -> float:
         return self._local_ms() + self._offset_ms
 
+    def lead_ms(self) -> int:
+        """How long before their due time jobs are moved now: the fire advance while
+        the offset to the Redis clock is fresh, else 0."""
+        if time.monotonic() - self._offset_at < OFFSET_FRESH_S:
+            return self.fire_advance_ms
+        return 0
+
     def redis_ms(self, wall_s: float) -> float:
         """A time.time() reading on the Redis clock, in ms."""
         return wall_s * 1000 + self._clock_offset_ms + self._offset_ms
@@ -110,10 +130,14 @@ class SlotScanner(Actor):
                 self._moving.clear()
                 for slot in self.ownership.owned():
                     self.wake(slot, 0)
-            await self._send_due(self.redis_now_ms())
+            # A slot is sent once its next job is due within half the lead, and the move
+            # takes the whole lead: each move of a busy slot covers about half the lead's
+            # worth of jobs rather than one job at a time.
+            send_ms = self.lead_ms() / 2
+            await self._send_due(self.redis_now_ms() + send_ms)
             wait_s = self._next_safety - time.monotonic()
             if self._heap:
-                wait_s = min(wait_s, (self._heap[0][0] - self.redis_now_ms()) / 1000)
+                wait_s = min(wait_s, (self._heap[0][0] - send_ms - self.redis_now_ms()) / 1000)
             if wait_s > 0:
                 self._notified.clear()
                 await self.wait_event(self._notified, wait_s)

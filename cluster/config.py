@@ -28,6 +28,9 @@ KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 # key) and biz_type at up to 4 UTF-8 bytes a character (200, 200, 64), the topic (249),
 # field names, times, the delayq-node header and Kafka's record framing.
 RECORD_OVERHEAD_BYTES = 4096
+# A claimed job waits in the node for at most this long before it is published: cancel()
+# answers "in flight" for it meanwhile, so the advance stays a matter of milliseconds.
+MAX_FIRE_ADVANCE_MS = 1000
 # Settings whose whole value is a secret.
 SECRET_SETTINGS = frozenset({"kafka_sasl_password", "zk_auth"})
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*):[^/\s]*@")
@@ -103,6 +106,10 @@ class Settings:
     # lost fires.
     recent_reconcile_ms: int = 5000
     safety_wake_ms: int = 1000
+    # Jobs are moved and claimed up to this long before their due time and published at
+    # it by the Redis clock (actors/dispatcher.py), so the round trips happen before the
+    # due time instead of after it. 0: move and claim at the due time.
+    fire_advance_ms: int = 20
     reap_interval_ms: int = 1000
     inflight_timeout_ms: int = 30000
     retry_backoff_ms: int = 1000
@@ -233,6 +240,11 @@ class Settings:
         if self.redis_wait_timeout_ms < 1:
             raise ConfigError(
                 f"redis_wait_timeout_ms must be >= 1, got {self.redis_wait_timeout_ms}"
+            )
+        if not 0 <= self.fire_advance_ms <= MAX_FIRE_ADVANCE_MS:
+            raise ConfigError(
+                f"fire_advance_ms must be 0 (off) to {MAX_FIRE_ADVANCE_MS}, got "
+                f"{self.fire_advance_ms}"
             )
         if self.kafka_linger_ms < 0:
             raise ConfigError(f"kafka_linger_ms must be >= 0, got {self.kafka_linger_ms}")

@@ -82,6 +82,12 @@ def fire_of(envelope: bytes, attempt: int, fired_ms: int) -> Fire:
     return Fire(topic.decode(), rest[:n], int(key_hash), value, int(due))
 
 
+def due_and_topic(envelope: bytes) -> tuple[int, str]:
+    """An envelope's due time and topic, without building its record."""
+    _seq, _max_attempts, due, topic, _rest = envelope.split(b"|", 4)
+    return int(due), topic.decode()
+
+
 def record_of(envelope: bytes) -> dict[str, object]:
     """The record json of an envelope, decoded (for inspection, not the hot path)."""
     _seq, _max_attempts, due, _topic, _hash, key_len, rest = envelope.split(b"|", 6)

@@ -120,24 +120,27 @@ class Scripts(ScriptRunner):
             raise SlotsFailed(failed, {s: r for s, r in results.items() if s not in failed})
         return results
 
-    def _move_calls(self, slot_epochs: list[tuple[int, int]], limit: int) -> list[Call]:
+    def _move_calls(
+        self, slot_epochs: list[tuple[int, int]], limit: int, lead_ms: int
+    ) -> list[Call]:
         calls: list[Call] = []
         for slot, epoch in slot_epochs:
             k = self.keys.slot(slot)
-            calls.append((slot, [k.owner, k.delay, k.ready], [epoch, limit]))
+            calls.append((slot, [k.owner, k.delay, k.ready], [epoch, limit, lead_ms]))
         return calls
 
-    async def move(self, slot: int, epoch: int, limit: int) -> MoveResult:
-        replies = await self._call_many("move", self._move_calls([(slot, epoch)], limit))
-        return only_reply(replies, move_result)
+    async def move(self, slot: int, epoch: int, limit: int, lead_ms: int = 0) -> MoveResult:
+        """Move the slot's jobs due by Redis TIME + lead_ms (at most limit)."""
+        calls = self._move_calls([(slot, epoch)], limit, lead_ms)
+        return only_reply(await self._call_many("move", calls), move_result)
 
     async def move_many(
-        self, slot_epochs: list[tuple[int, int]], limit: int
+        self, slot_epochs: list[tuple[int, int]], limit: int, lead_ms: int = 0
     ) -> list[MoveResult | SlotFailed | None]:
         """move for several (slot, epoch) in one round trip; None where fenced,
         SlotFailed where the run failed."""
-        replies = await self._call_many("move", self._move_calls(slot_epochs, limit))
-        return per_slot(replies, move_result)
+        calls = self._move_calls(slot_epochs, limit, lead_ms)
+        return per_slot(await self._call_many("move", calls), move_result)
 
     def _claim_calls(
         self, slot_epochs: list[tuple[int, int]], count: int, timeout_ms: int

@@ -1,8 +1,10 @@
 -- move: due jobs of one slot, delay zset -> ready list, in due order, at most LIMIT.
+-- "Due" includes the next LEAD ms (the node's fire advance: it claims such jobs a few
+-- ms early and publishes each at its due time by the Redis clock, actors/dispatcher.py).
 -- The ready list gets the delay member itself (member_of(seq, job id)): claim checks
 -- the seq against the envelope, so a cancel or reschedule never has to search the list.
 -- KEYS[1] owner key   KEYS[2] delay zset   KEYS[3] ready list
--- ARGV[1] epoch   ARGV[2] limit (max jobs moved by this call)
+-- ARGV[1] epoch   ARGV[2] limit (max jobs moved by this call)   ARGV[3] lead ms (>= 0)
 -- Returns {moved, next_due_ms, now_ms, ready_length, first_due_ms}: next_due_ms is the
 -- earliest remaining due time, now_ms when more are due already (moved == limit), or
 -- NO_TIME when the zset is empty; first_due_ms is the due time of the most overdue job
@@ -16,7 +18,7 @@
 local delay, ready = KEYS[2], KEYS[3]
 local limit = tonumber(ARGV[2])
 local now = now_ms()
-local members = redis.call('ZRANGEBYSCORE', delay, '-inf', now, 'LIMIT', 0, limit)
+local members = redis.call('ZRANGEBYSCORE', delay, '-inf', now + tonumber(ARGV[3]), 'LIMIT', 0, limit)
 local moved = #members
 local first_due = NO_TIME
 if moved > 0 then first_due = tonumber(redis.call('ZSCORE', delay, members[1])) end

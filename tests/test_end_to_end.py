@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import uuid
 from collections import Counter
@@ -9,7 +10,8 @@ from collections import Counter
 from actors.node import Node
 from cluster import DelayClient, Job, JobStatus
 from cluster.config import Settings
-from cluster.keys import slot_of
+from cluster.keys import KeySpace, slot_of
+from cluster.redis_conn import RedisClient
 from cluster.scripts import Scripts
 from tests.conftest import Collector, wait_for
 
@@ -95,6 +97,37 @@ async def test_ten_thousand_jobs_fire_exactly_once_and_never_early(
         return all(row.status == JobStatus.FIRED for row in rows.values())
 
     assert await wait_for(all_recorded, timeout_s=60, interval_s=0.5)
+
+
+async def test_jobs_claimed_ahead_are_published_at_their_due_time(
+    settings: Settings, client: DelayClient, redis: RedisClient, topic: str, collector: Collector
+) -> None:
+    """With the largest fire advance a job is claimed (in flight) up to a second before
+    it is due, yet published only once the Redis clock has passed its due time."""
+    node = Node(dataclasses.replace(settings, fire_advance_ms=1000))
+    await node.start()
+    try:
+        watched = await client.schedule(topic, "watched", delay=2.0)
+        jobs = [Job(topic, {"i": i}, delay=1.0 + i / 100) for i in range(300)]
+        ids = [watched, *await client.schedule_many(jobs)]
+        inflight = KeySpace(settings.key_prefix).slot(slot_of(watched, settings.slots)).inflight
+        row = await client.get(watched)
+        assert row is not None
+
+        async def in_flight_before_due() -> bool:
+            seconds, micros = await redis.time()
+            redis_ms = seconds * 1000 + micros // 1000
+            return redis_ms < row.due_ms and await redis.zscore(inflight, watched) is not None
+
+        assert await wait_for(in_flight_before_due, timeout_s=30, interval_s=0.01)
+        records = await collector.until(len(ids), timeout_s=60)
+    finally:
+        await node.stop()
+    assert sorted(str(r["job_id"]) for r in records) == sorted(ids)
+    early = [r for r in records if r["fired_ms"] < r["due_ms"]]  # type: ignore[operator]
+    assert early == []
+    received_early = [r for r in records if r["received_ms"] < r["due_ms"]]  # type: ignore[operator]
+    assert received_early == []
 
 
 async def test_injection_looking_fields_fire_and_record_verbatim(

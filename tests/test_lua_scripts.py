@@ -179,6 +179,18 @@ async def test_move_takes_only_due_jobs_and_reports_next(
     assert await ready_ids(redis, k) == [b"past"]
 
 
+async def test_move_with_a_lead_takes_jobs_due_within_it(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    """The fire advance: a lead of L ms moves the jobs due by Redis TIME + L, no later."""
+    now = now_ms()
+    await scripts.add(SLOT, [job("soon", now + 30_000), job("later", now + HOUR_MS)])
+    assert (await scripts.move(SLOT, 0, 100)).moved == 0
+    result = await scripts.move(SLOT, 0, 100, lead_ms=60_000)
+    assert result.moved == 1 and result.next_due_ms == now + HOUR_MS
+    assert await ready_ids(redis, k) == [b"soon"]
+
+
 async def test_move_keeps_schedule_order_within_one_millisecond(
     scripts: Scripts, redis: RedisClient, k: KeySpace
 ) -> None:

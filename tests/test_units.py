@@ -51,6 +51,8 @@ def test_env_overrides_toml_overrides_defaults(tmp_path: Path) -> None:
         ({"DELAYQ_STALL_TIMEOUT_S": "0"}, "stall_timeout_s"),
         ({"DELAYQ_RETENTION_DAYS": "-1"}, "retention_days"),
         ({"DELAYQ_LOG_FORMAT": "xml"}, "log_format"),
+        ({"DELAYQ_FIRE_ADVANCE_MS": "-1"}, "fire_advance_ms must be 0"),
+        ({"DELAYQ_FIRE_ADVANCE_MS": "1001"}, "fire_advance_ms must be 0"),
     ],
 )
 def test_bad_settings(env: dict[str, str], message: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from actors.scanner import SlotScanner
 from cluster.config import ConfigError, Settings
 from cluster.contract import NO_TIME, JobStatus
 from cluster.envelope import fire_of, make_tail, murmur2, partition_of, record_of
+from cluster.jobs import InvalidJob, check_topic, new_job_id
 from cluster.keys import KeySpace, shard_of, slot_of
 
 # ----- config -------------------------------------------------------------------------------
@@ -223,3 +225,34 @@ def test_json_log_lines() -> None:
     assert line["msg"] == "slot 7: x" and line["slot"] == 7 and line["node_id"] == "node-a"
     assert line["level"] == "WARNING" and line["ts"].endswith("+00:00")
     assert "job_id" not in line
+
+
+def test_new_job_ids_are_unique_time_ordered_hex() -> None:
+    ids = [new_job_id() for _ in range(20_000)]  # several refills of the random buffer
+    assert len(set(ids)) == len(ids)
+    assert all(len(job_id) == 32 and int(job_id, 16) >= 0 for job_id in ids)
+    assert ids[0][:12] <= ids[-1][:12]
+
+
+def test_a_forked_child_never_repeats_its_parents_ids() -> None:
+    new_job_id()  # the parent's buffer is filled
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, then exit at once
+        os.write(write_end, " ".join(new_job_id() for _ in range(100)).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        child = set(pipe.read().split())
+    os.waitpid(pid, 0)
+    parent = {new_job_id() for _ in range(100)}
+    assert len(child) == 100
+    assert {job_id[12:] for job_id in child}.isdisjoint(job_id[12:] for job_id in parent)
+
+
+def test_a_topic_found_valid_once_stays_valid_and_bad_ones_stay_bad() -> None:
+    assert check_topic("orders.close") == "orders.close"
+    assert check_topic("orders.close") == "orders.close"  # from the cache
+    for bad in ("", ".", "bad topic", "x" * 250, b"orders.close"):
+        with pytest.raises(InvalidJob):
+            check_topic(bad)

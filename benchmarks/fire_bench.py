@@ -3,6 +3,7 @@
     python benchmarks/fire_bench.py --jobs 100000 --window 10 [--nodes 1]
     python benchmarks/fire_bench.py --jobs 1000000 --pattern burst --nodes 2
     python benchmarks/fire_bench.py --jobs 1000000 --backlog [--nodes 0]
+    python benchmarks/fire_bench.py --jobs 50000 --window 10 --pattern steady --stages
 
 Starts its own `delayq node` process(es) on a fresh key prefix and a MySQL database of
 its own, schedules the jobs with schedule_many (MySQL + Redis), and reads every fired
@@ -25,6 +26,16 @@ MEMORY USAGE of the cluster's own keys / N, which other clients of the Redis can
 disturb. MySQL is not counted in either (its approximate table size is reported).
 used_memory is read again once the keys are deleted.
 
+--caller-ids gives every job an id of its own (order-<run>-<n>-close), as most users do;
+by default schedule_many generates them.
+
+--stages serves each node's /metrics on a free local port and scrapes it once every
+job has arrived; the result's "stages" are p50/p99 of each stage a job passes: from the
+node's histograms (actors/metrics.py: move = due → moved, claim = moved → claimed,
+publish = claimed → broker ack, and the fire lateness due → broker ack; interpolated
+within their buckets as histogram_quantile does, cluster/top.py) and from the records
+(fired_ms, the record's Kafka timestamp and the receive time, each − due).
+
 Prints a summary and writes a JSON result to benchmarks/results/ (or --out). Needs the
 local stack and a migrated database.
 """
@@ -41,6 +52,7 @@ import platform
 import random
 import sys
 import time
+import urllib.request
 import uuid
 from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -54,6 +66,7 @@ import redis.asyncio as aioredis
 import uvloop
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.admin import NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 from summary import percentile, summarize
 
 from cluster import DelayClient, Job
@@ -61,8 +74,9 @@ from cluster.config import SECRET_SETTINGS, Settings
 from cluster.kafka_conn import make_admin, make_consumer, start_client
 from cluster.redis_conn import RedisClient, open_redis
 from cluster.sql import parse_mysql_url
+from cluster.top import Buckets, merge_buckets, quantile
 from devstack.databases import create_cluster_database, drop_cluster_database
-from devstack.nodes import NodeProcess
+from devstack.nodes import NodeProcess, free_port
 
 PARTITIONS = 6
 RESULTS = Path(__file__).parent / "results"
@@ -115,9 +129,19 @@ class Received:
 # ----- the cluster under test ----------------------------------------------------------
 
 
-def start_nodes(count: int, settings: Settings, log_dir: Path) -> list[NodeProcess]:
+def start_nodes(
+    count: int, settings: Settings, log_dir: Path, metrics_ports: list[int]
+) -> list[NodeProcess]:
+    """`count` node processes; node i serves /metrics on metrics_ports[i] if given."""
     return [
-        NodeProcess(f"bench-node-{i}", log_dir, settings=settings, log_level="INFO")
+        NodeProcess(
+            f"bench-node-{i}",
+            log_dir,
+            settings=settings.replace(metrics_port=metrics_ports[i], metrics_host="127.0.0.1")
+            if metrics_ports
+            else settings,
+            log_level="INFO",
+        )
         for i in range(count)
     ]
 
@@ -132,16 +156,19 @@ async def stop_nodes(nodes: list[NodeProcess]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def bench_cluster(nodes: int) -> AsyncIterator[Settings]:
-    """A cluster of its own (key prefix, MySQL database) with `nodes` node processes;
-    on the way out the nodes are stopped, the database dropped, the keys deleted."""
+async def bench_cluster(
+    nodes: int, metrics_ports: list[int] | None = None
+) -> AsyncIterator[Settings]:
+    """A cluster of its own (key prefix, MySQL database) with `nodes` node processes
+    (serving /metrics on metrics_ports, one each, if given); on the way out the nodes
+    are stopped, the database dropped, the keys deleted."""
     prefix = f"bench{uuid.uuid4().hex[:6]}"
     settings = await create_cluster_database(
         Settings.from_env().replace(key_prefix=prefix), f"delayq_{prefix}"
     )
     log_dir = Path(os.environ.get("DELAYQ_STATE_DIR", ".delayq"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    procs = start_nodes(nodes, settings, log_dir)
+    procs = start_nodes(nodes, settings, log_dir, metrics_ports or [])
     try:
         await wait_started(procs)
         yield settings
@@ -182,15 +209,32 @@ def due_times(pattern: str, jobs: int, first_due_ms: int, window_s: float) -> li
 
 
 async def schedule_all(
-    settings: Settings, topic: str, dues: list[int], batch: int, payload_bytes: int
+    settings: Settings,
+    topic: str,
+    dues: list[int],
+    batch: int,
+    payload_bytes: int,
+    caller_ids: bool = False,
 ) -> float:
-    """Schedule one job per due time with schedule_many; returns the jobs per second."""
+    """Schedule one job per due time with schedule_many; returns the jobs per second.
+    With caller_ids each job carries its own idempotent id, as most users' jobs do
+    (order-<run>-<n>-close, the run being the cluster's fresh key prefix); without,
+    schedule_many generates them."""
     payload = {"data": "x" * payload_bytes}
+    run = settings.key_prefix
     async with DelayClient(settings) as client:
         t0 = time.perf_counter()
         for start in range(0, len(dues), batch):
             await client.schedule_many(
-                [Job(topic, payload, at=due / 1000) for due in dues[start : start + batch]]
+                [
+                    Job(
+                        topic,
+                        payload,
+                        at=due / 1000,
+                        job_id=f"order-{run}-{i}-close" if caller_ids else None,
+                    )
+                    for i, due in enumerate(dues[start : start + batch], start)
+                ]
             )
         return len(dues) / (time.perf_counter() - t0)
 
@@ -266,6 +310,80 @@ async def start_consumer(settings: Settings, topic: str) -> AIOKafkaConsumer:
     return consumer
 
 
+# ----- where the lateness goes ---------------------------------------------------------
+
+# The node's histograms (actors/metrics.py), in the order a job passes them: the
+# metric's stage label (or "ack" for delayq_fire_lateness_seconds) and the row's name.
+NODE_STAGES = (
+    ("move", "due → moved (node: move)"),
+    ("claim", "moved → claimed (node: claim)"),
+    ("publish", "claimed → broker ack (node: publish)"),
+    ("ack", "due → broker ack (node: lateness)"),
+)
+
+
+def read_metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text: str = answer.read().decode()
+    return text
+
+
+async def scrape_stages(ports: list[int]) -> dict[str, Buckets]:
+    """Cumulative buckets of delayq_stage_seconds per stage and of
+    delayq_fire_lateness_seconds ("ack", every topic), summed over the nodes."""
+    texts = await asyncio.gather(*(asyncio.to_thread(read_metrics, port) for port in ports))
+    found: dict[str, Buckets] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "delayq_stage_seconds_bucket":
+                    stage = sample.labels["stage"]
+                elif sample.name == "delayq_fire_lateness_seconds_bucket":
+                    stage = "ack"
+                else:
+                    continue
+                found.setdefault(stage, []).append((float(sample.labels["le"]), sample.value))
+    # merge_buckets sums the counts of equal bounds: the nodes' and the topics' series.
+    return {stage: merge_buckets([pairs]) for stage, pairs in found.items()}
+
+
+def stage_rows(buckets: dict[str, Buckets], got: Received) -> list[dict[str, Any]]:
+    """p50/p99 (ms) of each stage a job passes: from the nodes' histograms (interpolated
+    within buckets as histogram_quantile does) and from the records' own times."""
+    rows = []
+    for stage, name in NODE_STAGES:
+        series = buckets.get(stage, [])
+        p50, p99 = quantile(0.5, series), quantile(0.99, series)
+        rows.append(
+            {
+                "stage": name,
+                "source": "node metrics",
+                "jobs": round(series[-1][1]) if series else 0,
+                "p50_ms": None if p50 is None else round(p50 * 1000, 1),
+                "p99_ms": None if p99 is None else round(p99 * 1000, 1),
+            }
+        )
+    live_fired = [f - d for f, d in zip(got.fired_ms, got.due_ms, strict=True)]
+    live_published = [p - d for p, d in zip(got.publish_ms, got.due_ms, strict=True)]
+    received = [r - d for r, d in zip(got.receive_ms, got.due_ms, strict=True)]
+    for name, values in (
+        ("due → claimed (records: fired_ms, Redis clock)", live_fired),
+        ("due → appended to a batch (records: Kafka timestamp)", live_published),
+        ("due → received (records: at the consumer)", received),
+    ):
+        values.sort()
+        rows.append(
+            {
+                "stage": name,
+                "source": "records",
+                "jobs": len(values),
+                "p50_ms": round(percentile(values, 0.5), 1) if values else None,
+                "p99_ms": round(percentile(values, 0.99), 1) if values else None,
+            }
+        )
+    return rows
+
+
 # ----- the two modes -------------------------------------------------------------------
 
 
@@ -274,7 +392,9 @@ async def run_fire(args: argparse.Namespace) -> dict[str, Any]:
     lead_s = args.lead if args.lead is not None else 3 + args.jobs / 15000
     give_up_s = args.give_up if args.give_up is not None else 120 + args.jobs / 1000
     received = Received()
-    async with bench_cluster(args.nodes) as settings:
+    ports = [free_port() for _ in range(args.nodes)] if args.stages else []
+    stages: dict[str, Buckets] = {}
+    async with bench_cluster(args.nodes, ports) as settings:
         topic = f"bench.{settings.key_prefix}"
         async with kafka_topic(settings, topic):
             reopen = functools.partial(start_consumer, settings, topic)
@@ -292,16 +412,23 @@ async def run_fire(args: argparse.Namespace) -> dict[str, Any]:
                         dues[-1] / 1000 + give_up_s,
                     )
                 )
-                rate = await schedule_all(settings, topic, dues, args.batch, args.payload_bytes)
+                rate = await schedule_all(
+                    settings, topic, dues, args.batch, args.payload_bytes, args.caller_ids
+                )
                 added_in_time = time.time() * 1000 < first_due_ms
                 await consuming
             finally:
                 await consumer.stop()
+        if ports:  # once every job arrived, before the nodes stop
+            stages = await scrape_stages(ports)
     if args.raw:
         write_pairs(args.raw, received)
-    return fire_result(
+    result = fire_result(
         args, settings, received, first_due_ms, window_s, lead_s, rate, added_in_time
     )
+    if args.stages:
+        result["stages"] = stage_rows(stages, received)
+    return result
 
 
 def fire_result(
@@ -337,6 +464,7 @@ def fire_result(
         "benchmark": "fire_bench",
         "pattern": args.pattern,
         "jobs": args.jobs,
+        "caller_ids": args.caller_ids,
         "window_s": window_s,
         "nodes": args.nodes,
         "payload_bytes": args.payload_bytes,
@@ -373,7 +501,12 @@ async def run_backlog(args: argparse.Namespace) -> dict[str, Any]:
             first_due_ms = round((time.time() + lead_s) * 1000)
             dues = due_times("steady", args.jobs, first_due_ms, window_s)
             rate = await schedule_all(
-                settings, f"bench.{settings.key_prefix}", dues, args.batch, args.payload_bytes
+                settings,
+                f"bench.{settings.key_prefix}",
+                dues,
+                args.batch,
+                args.payload_bytes,
+                args.caller_ids,
             )
             if args.nodes:
                 await asyncio.sleep(args.settle)  # whatever the nodes do with far jobs
@@ -387,6 +520,8 @@ async def run_backlog(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "fire_bench",
         "mode": "backlog",
         "jobs": args.jobs,
+        "caller_ids": args.caller_ids,
+        "batch": args.batch,
         "nodes": args.nodes,
         "payload_bytes": args.payload_bytes,
         "due": f"from {lead_s:g} s ahead, spread over {window_s:g} s",
@@ -545,10 +680,23 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="also write float64 (receive_ms, due_ms) pairs to this file",
     )
+    parser.add_argument(
+        "--caller-ids",
+        action="store_true",
+        help="give every job an id of its own, order-<run>-<n>-close (default: generated)",
+    )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="serve the nodes' /metrics on free ports, scrape them at the end and report "
+        "p50/p99 of each stage from due to received",
+    )
     parser.add_argument("--out", type=Path, default=None, help="where to write the JSON")
     args = parser.parse_args()
     if args.nodes < (0 if args.backlog else 1):
         parser.error("--nodes must be >= 1 (>= 0 with --backlog)")
+    if args.stages and args.backlog:
+        parser.error("--stages measures fired jobs; --backlog fires none")
     if args.window is None and not args.backlog:
         args.window = 10.0
     return args

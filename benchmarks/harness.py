@@ -1,9 +1,10 @@
-"""delayq side by side with BullMQ and arq: every scenario with one command.
+"""delayq side by side with BullMQ, arq and a bare Kafka floor: every scenario, one command.
 
-    python benchmarks/harness.py             # all scenarios, default sizes (about half an hour)
-    python benchmarks/harness.py --quick     # small sizes: a smoke run of a few minutes
-    python benchmarks/harness.py --scenarios steady,burst --systems delayq,bullmq
-    make benchmarks                          # the first line, after installing what it needs
+    python benchmarks/harness.py --write-docs   # the full run: all scenarios, default
+                                                # sizes (about half an hour), docs updated
+    python benchmarks/harness.py --quick        # small sizes: a smoke run of a few minutes
+    python benchmarks/harness.py --quick --scenarios steady,ids --systems delayq,bullmq,floor
+    make benchmarks ARGS=--write-docs           # the first line, after installing what it needs
 
 Needs the local stack (`make services`; `eval "$(.venv/bin/delayq services env)"`), Node 18+
 with npm, and matplotlib (the `bench` extra). Installs the peers on first use, never
@@ -13,7 +14,9 @@ run one after another, never at once, each on a fresh queue / key prefix of the 
 Redis; every job carries a 100-byte payload.
 
 Scenarios
-  steady   R jobs/s due for T seconds, evenly spaced (--rate 5000, --seconds 10).
+  steady   R jobs/s due for T seconds, evenly spaced, one run per rate (--rates
+           5000,10000, --seconds 10), every system and the Kafka floor at each rate.
+           delayq's run also reports where its lateness goes, stage by stage (below).
   burst    N jobs due within the same second, evenly spaced (--burst-jobs 1,000,000).
   backlog  N jobs due an hour ahead, spread over an hour; nothing fires
            (--backlog-jobs 1,000,000): add rate and Redis bytes per pending job. delayq
@@ -21,10 +24,17 @@ Scenarios
            client alone with the jobs due in 2–4 minutes, inside redis_horizon_ms (5 min
            by default; a job due later stays in MySQL alone until its slot's node loads
            it).
+  ids      add rate with generated and with caller-given ids (order-<run>-<n>-close,
+           unique per run, as users pass their own idempotent job_id): delayq's
+           schedule_many (fire_bench's batch, 5,000 per call) and BullMQ's addBulk
+           (1,000 per call, opts.jobId), N jobs due in 2–4 minutes, so delayq writes
+           MySQL and Redis (--ids-jobs 1,000,000); nothing fires.
   scale    delayq alone with 1, 2 and 4 node processes (--nodes 1,2,4) under the steady
-           and the burst load; a 1-node run already made by steady/burst is reused.
+           load (the first rate) and the burst load; a 1-node run already made by
+           steady/burst is reused.
 arq adds about 4,000 jobs/s and fires about 1,000/s, so its burst and backlog use at most
---arq-max-jobs jobs (100,000): rates still compare per second and bytes per job.
+--arq-max-jobs jobs (100,000): rates still compare per second and bytes per job. The
+floor runs in steady only, arq not in ids.
 
 How each system runs
   delayq   benchmarks/fire_bench.py: schedule_many (a MySQL row and Redis per job), node
@@ -33,14 +43,21 @@ How each system runs
            removeOnComplete), one Worker with concurrency 200.
   arq      benchmarks/peers/arq/bench.py: enqueue_job(_defer_until=...), one worker with
            max_jobs 200, arq's other settings at their defaults.
+  floor    benchmarks/kafka_floor.py: no queue, only Kafka. A bare aiokafka producer
+           (the node's settings: acks=all; linger_ms 0, so the records due in one
+           iteration of its send loop go out as one batch and none waits for more)
+           sends each record, shaped and sized like delayq's fired record (about 285
+           bytes), when its due time comes; a consumer like delayq's (fetch_max_wait_ms
+           5) reads it through the same local broker. Its lateness is what Kafka alone
+           costs on this machine at that rate: the floor under delayq's.
 Every job is due after all jobs are added: the first due time is 5 s plus the time the
 system needs to add N jobs at a conservative rate (LEAD_ADD_RATE) after the start.
 
-What the numbers mean (benchmarks/summary.py computes them the same way for all three)
+What the numbers mean (benchmarks/summary.py computes them the same way for all)
   add rate    jobs / seconds spent adding (delayq: schedule_many, MySQL commit included).
-  lateness    receive time − due time where the job reaches user code: delayq at a Kafka
-              consumer (after the broker), the peers in their worker's job function;
-              p50, p99, p99.9, max.
+  lateness    receive time − due time where the job reaches user code: delayq (and the
+              floor) at a Kafka consumer (after the broker), the peers in their worker's
+              job function; p50, p99, p99.9, max.
   fire rate   series: jobs received per 100 ms from the first due time; peak: the most
               received in any 1 s window; steady mean: received / (last − first
               receive); burst mean: jobs / drain, drain = last fire − first due,
@@ -53,17 +70,32 @@ What the numbers mean (benchmarks/summary.py computes them the same way for all 
               disturb. Afterwards the keys are deleted (BullMQ: obliterate; delayq: its
               key prefix, then its MySQL database is dropped) and used_memory is read
               again. delayq's MySQL rows are in neither figure (reported beside them).
-  ratios      delayq ÷ peer: above 1 means delayq's number is higher — better for rates,
-              worse for lateness and bytes.
+  ratios      delayq ÷ peer (or ÷ floor): above 1 means delayq's number is higher —
+              better for rates, worse for lateness and bytes.
+  − floor     delayq's lateness p50 and p99 minus the floor's, in ms: what delayq adds.
+  stages      where delayq's lateness goes (fire_bench.py --stages): the node serves
+              /metrics on a free port and is scraped once at the end; p50/p99 of its
+              histograms delayq_stage_seconds (move: due → moved to ready, claim: moved
+              → claimed, publish: claimed → broker ack) and delayq_fire_lateness_seconds
+              (due → broker ack), interpolated within buckets as histogram_quantile
+              does (cluster/top.py); then from the records: fired_ms (Redis clock at the
+              claim), the Kafka timestamp (appended by the producer) and the receive
+              time, each − due. Every row is measured from due on its own, so the
+              stages' quantiles do not add up; the floor's due → broker ack and due →
+              received stand beside them.
 Runs that lose jobs say so (missing); a run that gives up waits 120 s + 1 ms per job
-after the last due time first. delayq records the live Kafka consumer missed (the local
-broker can make a record visible out of order) are found by re-reading the topic; they
-count as received ("found on a re-read") but stay out of lateness and fire rates.
+after the last due time first. delayq (and floor) records the live Kafka consumer missed
+(the local broker can make a record visible out of order) are found by re-reading the
+topic; they count as received ("found on a re-read") but stay out of lateness and fire
+rates.
 
 Writes benchmarks/results/harness-<time>.json (machine facts, the command, every number,
-each run's fire-rate series and ≤ 2,000 lateness quantiles) and .md (the tables), PNG
-plots in docs/img/, and the generated section of docs/benchmarks.md between
-<!-- harness:begin --> and <!-- harness:end --> (--no-docs leaves the docs alone).
+each run's fire-rate series and ≤ 2,000 lateness quantiles), .md (the tables) and the
+PNG plots in benchmarks/results/harness-<time>/, and nothing else: partial and quick
+runs leave the committed docs alone. --write-docs (for the full run) also copies the
+plots to docs/img/ (removing bench-*.png plots this run did not make) and replaces the
+generated section of docs/benchmarks.md between <!-- harness:begin --> and
+<!-- harness:end -->.
 """
 
 from __future__ import annotations
@@ -74,6 +106,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -97,28 +130,47 @@ RESULTS = HERE / "results"
 IMG_DIR = ROOT / "docs" / "img"
 DOCS = ROOT / "docs" / "benchmarks.md"
 FIRE_BENCH = HERE / "fire_bench.py"
+KAFKA_FLOOR = HERE / "kafka_floor.py"
 BULLMQ_DIR = HERE / "peers" / "bullmq"
 ARQ_DIR = HERE / "peers" / "arq"
 ARQ_VENV = HERE / "peers" / ".venv-arq"
 ARQ_PYTHON = ARQ_VENV / "bin" / "python"
 
-SYSTEMS = ("delayq", "bullmq", "arq")
-SCENARIOS = ("steady", "burst", "backlog", "scale")
-# Jobs/s each system surely adds on a busy machine: sizes the lead before the first due.
-LEAD_ADD_RATE = {"delayq": 15_000, "bullmq": 10_000, "arq": 2_000}
+SYSTEMS = ("delayq", "bullmq", "arq", "floor")
+SCENARIOS = ("steady", "burst", "backlog", "ids", "scale")
+# The systems each scenario runs: the floor is only a steady load, and the ids scenario
+# compares the two whose add calls take caller ids in bulk.
+SCENARIO_SYSTEMS = {
+    "steady": SYSTEMS,
+    "burst": ("delayq", "bullmq", "arq"),
+    "backlog": ("delayq", "bullmq", "arq"),
+    "ids": ("delayq", "bullmq"),
+}
+# Jobs/s each system surely adds on a busy machine: sizes the lead before the first due
+# (the floor adds nothing; its lead is the same as delayq's, for the same start).
+LEAD_ADD_RATE = {"delayq": 15_000, "bullmq": 10_000, "arq": 2_000, "floor": 15_000}
 BACKLOG_START_S = BACKLOG_SPREAD_S = 3600.0
 NEAR_START_S = NEAR_SPREAD_S = 120.0
 
 
 class Sizes(NamedTuple):
-    rate: int
+    rates: tuple[int, ...]
     seconds: float
     burst_jobs: int
     backlog_jobs: int
+    ids_jobs: int
 
 
-DEFAULTS = Sizes(rate=5000, seconds=10.0, burst_jobs=1_000_000, backlog_jobs=1_000_000)
-QUICK = Sizes(rate=2000, seconds=5.0, burst_jobs=20_000, backlog_jobs=20_000)
+DEFAULTS = Sizes(
+    rates=(5000, 10_000),
+    seconds=10.0,
+    burst_jobs=1_000_000,
+    backlog_jobs=1_000_000,
+    ids_jobs=1_000_000,
+)
+QUICK = Sizes(
+    rates=(2000, 4000), seconds=5.0, burst_jobs=20_000, backlog_jobs=20_000, ids_jobs=20_000
+)
 
 
 class RunFailed(RuntimeError):
@@ -129,19 +181,22 @@ class RunFailed(RuntimeError):
 class Options:
     scenarios: tuple[str, ...]
     systems: tuple[str, ...]
-    rate: int
+    rates: tuple[int, ...]
     seconds: float
     burst_jobs: int
     backlog_jobs: int
+    ids_jobs: int
     nodes: tuple[int, ...]
     arq_max_jobs: int
     payload_bytes: int
-    docs: bool
+    write_docs: bool
     redis_url: str
 
-    @property
-    def steady_jobs(self) -> int:
-        return round(self.rate * self.seconds)
+    def steady_jobs(self, rate: int) -> int:
+        return round(rate * self.seconds)
+
+    def systems_of(self, scenario: str) -> tuple[str, ...]:
+        return tuple(s for s in self.systems if s in SCENARIO_SYSTEMS[scenario])
 
     def capped(self, system: str, jobs: int) -> int:
         """Jobs for a burst or backlog run: arq's are capped."""
@@ -181,6 +236,8 @@ def last_json_line(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 def peer_command(system: str) -> list[str]:
     if system == "bullmq":
         return ["node", str(BULLMQ_DIR / "bench.mjs")]
+    if system == "floor":
+        return [sys.executable, str(KAFKA_FLOOR)]
     return [str(ARQ_PYTHON), str(ARQ_DIR / "bench.py")]
 
 
@@ -190,18 +247,22 @@ class Runner:
     def __init__(self, options: Options, scratch: Path) -> None:
         self.options = options
         self.scratch = scratch
-        self.cache: dict[tuple[str, int, int], dict[str, Any]] = {}
+        self.cache: dict[tuple[str, int, int, int], dict[str, Any]] = {}
 
-    def fire(self, system: str, pattern: str, jobs: int, nodes: int = 1) -> dict[str, Any]:
-        """A steady or burst run; pattern 'steady' is options.rate jobs/s."""
-        key = (pattern, jobs, nodes)
+    def fire(
+        self, system: str, pattern: str, jobs: int, nodes: int = 1, rate: int = 0
+    ) -> dict[str, Any]:
+        """A steady run of `rate` jobs/s, or a burst (all due within one second)."""
+        rate = rate if pattern == "steady" else jobs
+        key = (pattern, jobs, nodes, rate)
         if system == "delayq" and key in self.cache:
             log(f"delayq {pattern} {jobs:,} jobs, {nodes} node(s): reusing the earlier run")
             return {**self.cache[key], "reused": True}
         label = f"{system} {pattern}, {jobs:,} jobs" + (
-            f", {nodes} node(s)" if system == "delayq" else ""
+            f" at {rate:,}/s" if pattern == "steady" else ""
         )
-        result = self.timed(label, lambda: self.fire_once(system, pattern, jobs, nodes))
+        label += f", {nodes} node(s)" if system == "delayq" else ""
+        result = self.timed(label, lambda: self.fire_once(system, pattern, jobs, nodes, rate))
         if system == "delayq" and "error" not in result:
             self.cache[key] = result
         return result
@@ -213,11 +274,15 @@ class Runner:
         nodes: int = 0,
         start_s: float = BACKLOG_START_S,
         spread_s: float = BACKLOG_SPREAD_S,
+        caller_ids: bool = False,
     ) -> dict[str, Any]:
         label = f"{system} backlog, {jobs:,} jobs due in {start_s:g} s" + (
             f", {nodes} node(s)" if system == "delayq" else ""
         )
-        return self.timed(label, lambda: self.backlog_once(system, jobs, nodes, start_s, spread_s))
+        label += ", caller ids" if caller_ids else ""
+        return self.timed(
+            label, lambda: self.backlog_once(system, jobs, nodes, start_s, spread_s, caller_ids)
+        )
 
     def timed(self, label: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         log(f"{label} ...")
@@ -233,19 +298,20 @@ class Runner:
         log(f"{label}: done in {result['wall_s']:.0f} s")
         return result
 
-    def fire_once(self, system: str, pattern: str, jobs: int, nodes: int) -> dict[str, Any]:
-        rate = self.options.rate if pattern == "steady" else jobs
+    def fire_once(
+        self, system: str, pattern: str, jobs: int, nodes: int, rate: int
+    ) -> dict[str, Any]:
         lead = lead_s(system, jobs)
         timeout = lead + jobs / rate + give_up_s(jobs) + 600
         if system == "delayq":
-            return self.fire_delayq(pattern, jobs, nodes, lead, timeout)
+            return self.fire_delayq(pattern, jobs, nodes, lead, timeout, rate)
         raw = self.scratch / f"{system}-{pattern}.f64"
+        redis = [] if system == "floor" else ["--redis", self.options.redis_url]
         proc = run_process(
             [
                 *peer_command(system),
                 "fire",
-                "--redis",
-                self.options.redis_url,
+                *redis,
                 "--jobs",
                 str(jobs),
                 "--rate",
@@ -264,19 +330,28 @@ class Runner:
         out = last_json_line(proc)
         receive_ms, due_ms = read_pairs(raw)
         raw.unlink()
-        return {
+        result = {
             **out,
             "pattern": pattern,
             "lead_s": lead,
             **summarize(receive_ms, due_ms, out["first_due_ms"], jobs),
         }
+        # Records only the floor's re-read found: received, but without a receive time.
+        if out.get("reread_found"):
+            result["received"] += out["reread_found"]
+            result["missing"] = max(0, result["missing"] - out["reread_found"])
+        return result
 
     def fire_delayq(
-        self, pattern: str, jobs: int, nodes: int, lead: float, timeout: float
+        self, pattern: str, jobs: int, nodes: int, lead: float, timeout: float, rate: int
     ) -> dict[str, Any]:
-        window = jobs / self.options.rate if pattern == "steady" else 1.0
+        window = jobs / rate if pattern == "steady" else 1.0
+        # A steady run also says where its lateness goes (the nodes' stage histograms);
+        # the bookkeeping behind them runs with metrics off too, only the scrape is extra.
+        stages = ["--stages"] if pattern == "steady" else []
         return self.fire_bench(
             [
+                *stages,
                 "--pattern",
                 pattern,
                 "--jobs",
@@ -311,10 +386,17 @@ class Runner:
         }
 
     def backlog_once(
-        self, system: str, jobs: int, nodes: int, start_s: float, spread_s: float
+        self,
+        system: str,
+        jobs: int,
+        nodes: int,
+        start_s: float,
+        spread_s: float,
+        caller_ids: bool,
     ) -> dict[str, Any]:
         timeout = 1800 + jobs / 500
         common = ["--jobs", str(jobs), "--payload-bytes", str(self.options.payload_bytes)]
+        common += ["--caller-ids"] if caller_ids else []
         if system != "delayq":
             return last_json_line(
                 run_process(
@@ -351,25 +433,34 @@ class Runner:
 
 
 def steady(runner: Runner, o: Options) -> dict[str, Any]:
-    return {
-        "rate_per_s": o.rate,
-        "seconds": o.seconds,
-        "jobs": o.steady_jobs,
-        "results": {s: runner.fire(s, "steady", o.steady_jobs) for s in o.systems},
-    }
+    """Every system at each rate, one rate after the other."""
+    by_rate = {}
+    for rate in o.rates:
+        jobs = o.steady_jobs(rate)
+        by_rate[str(rate)] = {
+            "rate_per_s": rate,
+            "seconds": o.seconds,
+            "jobs": jobs,
+            "results": {
+                s: runner.fire(s, "steady", jobs, rate=rate) for s in o.systems_of("steady")
+            },
+        }
+    return {"rates": list(o.rates), "seconds": o.seconds, "by_rate": by_rate}
 
 
 def burst(runner: Runner, o: Options) -> dict[str, Any]:
     return {
         "jobs": o.burst_jobs,
         "arq_max_jobs": o.arq_max_jobs,
-        "results": {s: runner.fire(s, "burst", o.capped(s, o.burst_jobs)) for s in o.systems},
+        "results": {
+            s: runner.fire(s, "burst", o.capped(s, o.burst_jobs)) for s in o.systems_of("burst")
+        },
     }
 
 
 def backlog(runner: Runner, o: Options) -> dict[str, Any]:
     results: dict[str, Any] = {}
-    for system in o.systems:
+    for system in o.systems_of("backlog"):
         jobs = o.capped(system, o.backlog_jobs)
         if system != "delayq":
             results[system] = runner.backlog(system, jobs)
@@ -390,13 +481,37 @@ def backlog(runner: Runner, o: Options) -> dict[str, Any]:
     }
 
 
+def ids(runner: Runner, o: Options) -> dict[str, Any]:
+    """Add rate with generated and with caller-given ids, jobs due in 2–4 minutes (inside
+    delayq's redis_horizon_ms, so schedule_many writes MySQL and Redis); nothing fires."""
+    results: dict[str, Any] = {}
+    for system in o.systems_of("ids"):
+        for caller_ids in (False, True):
+            results[f"{system}_ids" if caller_ids else system] = runner.backlog(
+                system,
+                o.ids_jobs,
+                nodes=0,
+                start_s=NEAR_START_S,
+                spread_s=NEAR_SPREAD_S,
+                caller_ids=caller_ids,
+            )
+    return {
+        "jobs": o.ids_jobs,
+        "start_in_s": NEAR_START_S,
+        "spread_s": NEAR_SPREAD_S,
+        "results": results,
+    }
+
+
 def scale(runner: Runner, o: Options) -> dict[str, Any]:
+    rate = o.rates[0]
+    jobs = o.steady_jobs(rate)
     return {
         "nodes": list(o.nodes),
-        "steady_jobs": o.steady_jobs,
-        "rate_per_s": o.rate,
+        "steady_jobs": jobs,
+        "rate_per_s": rate,
         "burst_jobs": o.burst_jobs,
-        "steady": {str(n): runner.fire("delayq", "steady", o.steady_jobs, n) for n in o.nodes},
+        "steady": {str(n): runner.fire("delayq", "steady", jobs, n, rate) for n in o.nodes},
         "burst": {str(n): runner.fire("delayq", "burst", o.burst_jobs, n) for n in o.nodes},
     }
 
@@ -539,6 +654,13 @@ def node_counts(text: str) -> tuple[int, ...]:
     return counts
 
 
+def rate_list(text: str) -> tuple[int, ...]:
+    rates = tuple(int(r) for r in text.split(","))
+    if not rates or min(rates) < 1:
+        raise argparse.ArgumentTypeError(f"rates must be >= 1 job/s: {text!r}")
+    return rates
+
+
 def parse_options(argv: list[str]) -> Options:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -555,10 +677,15 @@ def parse_options(argv: list[str]) -> Options:
         default=SYSTEMS,
         help=f"comma-separated subset of {','.join(SYSTEMS)} (all)",
     )
-    parser.add_argument("--rate", type=int, help="steady: jobs due per second (5000)")
+    parser.add_argument(
+        "--rates",
+        type=rate_list,
+        help="steady: jobs due per second, one run per rate (5000,10000); scale: the first",
+    )
     parser.add_argument("--seconds", type=float, help="steady: seconds they come due (10)")
     parser.add_argument("--burst-jobs", type=int, help="burst: jobs due in one second (1M)")
     parser.add_argument("--backlog-jobs", type=int, help="backlog: pending jobs (1M)")
+    parser.add_argument("--ids-jobs", type=int, help="ids: jobs added per run (1M)")
     parser.add_argument(
         "--nodes", type=node_counts, default=(1, 2, 4), help="scale: node counts (1,2,4)"
     )
@@ -574,13 +701,15 @@ def parse_options(argv: list[str]) -> Options:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="small sizes for a smoke run: 2,000/s × 5 s steady, 20,000 "
-        "burst and backlog jobs (sizes given explicitly still win)",
+        help="small sizes for a smoke run: 2,000 and 4,000/s × 5 s steady, 20,000 "
+        "burst, backlog and ids jobs (sizes given explicitly still win)",
     )
     parser.add_argument(
-        "--no-docs",
+        "--write-docs",
         action="store_true",
-        help="do not write the generated section of docs/benchmarks.md",
+        help="also write the plots to docs/img/ and the tables to the generated section "
+        "of docs/benchmarks.md (for a full run; without it only benchmarks/results/ "
+        "is written)",
     )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else DEFAULTS
@@ -590,14 +719,15 @@ def parse_options(argv: list[str]) -> Options:
     return Options(
         scenarios=args.scenarios,
         systems=args.systems,
-        rate=args.rate or sizes.rate,
+        rates=args.rates or sizes.rates,
         seconds=args.seconds or sizes.seconds,
         burst_jobs=args.burst_jobs or sizes.burst_jobs,
         backlog_jobs=args.backlog_jobs or sizes.backlog_jobs,
+        ids_jobs=args.ids_jobs or sizes.ids_jobs,
         nodes=args.nodes,
         arq_max_jobs=args.arq_max_jobs,
         payload_bytes=args.payload_bytes,
-        docs=not args.no_docs,
+        write_docs=args.write_docs,
         redis_url=redis_url,
     )
 
@@ -607,10 +737,11 @@ def run_scenarios(o: Options, runner: Runner) -> dict[str, Any]:
     for name in o.scenarios:
         if name == "scale" and "delayq" not in o.systems:
             continue
+        if name != "scale" and not o.systems_of(name):
+            continue
         log(f"=== {name} ===")
-        scenarios[name] = {"steady": steady, "burst": burst, "backlog": backlog, "scale": scale}[
-            name
-        ](runner, o)
+        run = {"steady": steady, "burst": burst, "backlog": backlog, "ids": ids, "scale": scale}
+        scenarios[name] = run[name](runner, o)
     return scenarios
 
 
@@ -629,18 +760,32 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="delayq-harness-") as scratch:
         run["scenarios"] = run_scenarios(options, Runner(options, Path(scratch)))
     run["duration_s"] = round(time.monotonic() - started)
-    images = plots.plot_all(run, IMG_DIR)
-    markdown = report.section(run, [p.relative_to(DOCS.parent) for p in images])
     RESULTS.mkdir(exist_ok=True)
+    images = plots.plot_all(run, RESULTS / f"harness-{stamp}")
+    markdown = report.section(run, [p.relative_to(RESULTS) for p in images])
     (RESULTS / f"harness-{stamp}.json").write_text(json.dumps(run, indent=1))
     (RESULTS / f"harness-{stamp}.md").write_text(markdown)
-    if options.docs:
-        report.write_docs(DOCS, markdown)
+    if options.write_docs:
+        write_docs(run, images)
     print(report.console(run))
     log(
-        f"took {run['duration_s']} s; written benchmarks/results/harness-{stamp}.json and "
-        f".md, {len(images)} plots in docs/img/" + (", docs/benchmarks.md" if options.docs else "")
+        f"took {run['duration_s']} s; written benchmarks/results/harness-{stamp}.json, .md "
+        f"and {len(images)} plots in benchmarks/results/harness-{stamp}/"
+        + (", docs/img/ and docs/benchmarks.md" if options.write_docs else "")
     )
+
+
+def write_docs(run: dict[str, Any], images: list[Path]) -> None:
+    """The run's plots to docs/img/ and its tables between the markers of
+    docs/benchmarks.md; the section is replaced whole, so plots of an earlier run that
+    this one did not make go too."""
+    IMG_DIR.mkdir(parents=True, exist_ok=True)
+    made = {image.name for image in images}
+    for old in IMG_DIR.glob("bench-*.png"):
+        if old.name not in made:
+            old.unlink()
+    copies = [Path(shutil.copy2(image, IMG_DIR / image.name)) for image in images]
+    report.write_docs(DOCS, report.section(run, [p.relative_to(DOCS.parent) for p in copies]))
 
 
 if __name__ == "__main__":

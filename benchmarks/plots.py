@@ -1,8 +1,9 @@
-"""PNG plots of a harness run (benchmarks/harness.py), written to docs/img/:
+"""PNG plots of a harness run (benchmarks/harness.py), written to the directory given
+(the harness: benchmarks/results/harness-<time>/, copied to docs/img/ with --write-docs):
 
-* bench-steady-lateness-cdf.png: lateness CDF per system, log x;
-* bench-steady-fire-rate.png, bench-burst-fire-rate.png: jobs received per 100 ms bucket
-  (as jobs/s) against seconds since the first due time, per system;
+* bench-steady-<rate>-lateness-cdf.png: lateness CDF per system, log x, one per rate;
+* bench-steady-<rate>-fire-rate.png, bench-burst-fire-rate.png: jobs received per 100 ms
+  bucket (as jobs/s) against seconds since the first due time, per system;
 * bench-scale.png: delayq's fire rate and p99 lateness against the node count.
 """
 
@@ -18,11 +19,12 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-COLORS = {"delayq": "tab:blue", "bullmq": "tab:orange", "arq": "tab:green"}
+COLORS = {"delayq": "tab:blue", "bullmq": "tab:orange", "arq": "tab:green", "floor": "tab:gray"}
 LABELS = {
     "delayq": "delayq (at a Kafka consumer)",
     "bullmq": "BullMQ (in its worker)",
     "arq": "arq (in its worker)",
+    "floor": "Kafka floor (bare producer → broker → consumer)",
 }
 MIN_LATENESS_MS = 0.1  # the log axis starts here; anything below is drawn at it
 PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 200, not 2×10²
@@ -35,10 +37,10 @@ def plot_all(run: Result, img_dir: Path) -> list[Path]:
     img_dir.mkdir(parents=True, exist_ok=True)
     scenarios = run["scenarios"]
     figures: dict[str, Figure] = {}
-    if "steady" in scenarios:
-        figures["bench-steady-lateness-cdf"] = lateness_cdf(scenarios["steady"])
-        figures["bench-steady-fire-rate"] = fire_rate(
-            scenarios["steady"], f"Steady: {scenarios['steady']['rate_per_s']:,} jobs/s due"
+    for rate, steady in scenarios.get("steady", {}).get("by_rate", {}).items():
+        figures[f"bench-steady-{rate}-lateness-cdf"] = lateness_cdf(steady)
+        figures[f"bench-steady-{rate}-fire-rate"] = fire_rate(
+            steady, f"Steady: {steady['rate_per_s']:,} jobs/s due"
         )
     if "burst" in scenarios:
         figures["bench-burst-fire-rate"] = fire_rate(

@@ -16,8 +16,10 @@ NAMES = {
     "arq": "arq",
     "delayq_node": "delayq, 1 node",
     "delayq_near": "delayq, due in 2–4 min",
+    "floor": "Kafka floor",
 }
 PEERS = ("bullmq", "arq")
+STEADY_PEERS = (*PEERS, "floor")
 LATE_MARK = "†"
 
 Result = dict[str, Any]
@@ -42,6 +44,14 @@ def ms(value: float | None) -> str:
 
 def seconds(value: float | None) -> str:
     return "—" if value is None else f"{value:,.1f} s"
+
+
+def minus(a: float | None, b: float | None) -> str:
+    """a − b in ms, signed; "—" unless both are known."""
+    if a is None or b is None or a != a or b != b:
+        return "—"
+    d = a - b
+    return f"{d:+,.0f} ms" if abs(d) >= 100 else f"{d:+.1f} ms"
 
 
 def times(a: float | None, b: float | None) -> str:
@@ -69,6 +79,8 @@ def tally(r: Result) -> str:
     text = f"{count(r.get('received'))} / {count(r.get('missing'))} / {count(r.get('early'))}"
     if r.get("reread_found"):
         text += f" ({r['reread_found']:,} found on a re-read)"
+    if r.get("duplicates"):
+        text += f" ({r['duplicates']:,} delivered twice)"
     return text + (" (reused)" if r.get("reused") else "")
 
 
@@ -119,7 +131,7 @@ def steady_table(s: Result) -> str:
                 tally(r),
             ]
         )
-    for d, p in ratio_pairs(results, ["delayq"]):
+    for d, p in ratio_pairs(results, ["delayq"], STEADY_PEERS):
         rows.append(
             [
                 f"{NAMES[d]} ÷ {NAMES[p]}",
@@ -131,6 +143,45 @@ def steady_table(s: Result) -> str:
                 ),
                 ratio(results, d, p, "peak_fire_rate_per_s"),
                 "",
+            ]
+        )
+    for d, p in ratio_pairs(results, ["delayq"], ["floor"]):
+        rows.append(
+            [
+                f"{NAMES[d]} − {NAMES[p]}",
+                "",
+                "",
+                minus(lat(results[d], "p50"), lat(results[p], "p50")),
+                minus(lat(results[d], "p99"), lat(results[p], "p99")),
+                "",
+                "",
+                "",
+                "",
+            ]
+        )
+    return table(headers, rows)
+
+
+def stages_table(s: Result) -> str:
+    """Where delayq's lateness goes: its stage rows (fire_bench --stages), then the
+    floor's broker acknowledgement and receive at the same rate, for scale."""
+    headers = ["stage", "p50", "p99", "measured from"]
+    delayq, floor = s["results"].get("delayq", {}), s["results"].get("floor", {})
+    rows = [
+        [r["stage"], ms(r["p50_ms"]), ms(r["p99_ms"]), f"{r['source']}, {count(r['jobs'])} jobs"]
+        for r in delayq.get("stages", [])
+    ]
+    if "error" not in floor and "broker_ack_lateness_ms" in floor:
+        ack = floor["broker_ack_lateness_ms"]
+        rows.append(
+            ["Kafka floor: due → broker ack", ms(ack["p50"]), ms(ack["p99"]), "its producer"]
+        )
+        rows.append(
+            [
+                "Kafka floor: due → received",
+                ms(lat(floor, "p50")),
+                ms(lat(floor, "p99")),
+                "its consumer",
             ]
         )
     return table(headers, rows)
@@ -220,7 +271,7 @@ def backlog_table(s: Result) -> str:
                 else "—",
             ]
         )
-    for d, p in ratio_pairs(results, ["delayq_node", "delayq_near"]):
+    for d, p in ratio_pairs(results, ["delayq_node", "delayq_near"], PEERS):
         rows.append(
             [
                 f"{NAMES[d]} ÷ {NAMES[p]}",
@@ -233,6 +284,39 @@ def backlog_table(s: Result) -> str:
                 "",
             ]
         )
+    return table(headers, rows)
+
+
+def ids_table(s: Result) -> str:
+    """Add rates with generated and caller-given ids, and the ratios both ways."""
+    results: dict[str, Result] = s["results"]
+    systems = [name for name in ("delayq", "bullmq") if name in results]
+
+    def add(name: str) -> float | None:
+        r = results.get(name, {})
+        value: float | None = r.get("add_rate_per_s")
+        return value
+
+    headers = ["ids", *(f"{NAMES[n]} add rate" for n in systems)]
+    both = len(systems) == 2
+    headers += ["delayq ÷ BullMQ"] if both else []
+    rows = []
+    for kind, suffix in (("generated", ""), ("caller's own (order-<run>-<n>-close)", "_ids")):
+        row = [kind]
+        for name in systems:
+            r = results.get(name + suffix, {})
+            row.append(
+                f"failed: {r['error'].splitlines()[0][:60]}"
+                if "error" in r
+                else rate(add(name + suffix))
+            )
+        if both:
+            row.append(times(add("delayq" + suffix), add("bullmq" + suffix)))
+        rows.append(row)
+    rows.append(
+        ["caller's ÷ generated", *(times(add(n + "_ids"), add(n)) for n in systems)]
+        + ([""] if both else [])
+    )
     return table(headers, rows)
 
 
@@ -287,11 +371,13 @@ def scale_table(s: Result) -> str:
     return table(headers, rows)
 
 
-def ratio_pairs(results: dict[str, Result], mine: list[str]) -> list[tuple[str, str]]:
+def ratio_pairs(
+    results: dict[str, Result], mine: Sequence[str], peers: Sequence[str] = PEERS
+) -> list[tuple[str, str]]:
     return [
         (d, p)
         for d in mine
-        for p in PEERS
+        for p in peers
         if d in results and p in results and "error" not in results[d] and "error" not in results[p]
     ]
 
@@ -306,17 +392,21 @@ def ratio(results: dict[str, Result], d: str, p: str, key: str) -> str:
 def titles(run: Result) -> dict[str, str]:
     s, o = run["scenarios"], run["options"]
     out = {}
-    if "steady" in s:
-        out["steady"] = (
-            f"Steady: {o['rate']:,} jobs/s due for {o['seconds']:g} s "
-            f"({s['steady']['jobs']:,} jobs)"
+    for rate, steady in s.get("steady", {}).get("by_rate", {}).items():
+        out[f"steady-{rate}"] = (
+            f"Steady: {int(rate):,} jobs/s due for {steady['seconds']:g} s "
+            f"({steady['jobs']:,} jobs)"
         )
+        if "stages" in steady["results"].get("delayq", {}):
+            out[f"stages-{rate}"] = f"Where delayq's lateness goes at {int(rate):,} jobs/s"
     if "burst" in s:
         out["burst"] = f"Burst: {o['burst_jobs']:,} jobs due within the same second"
     if "backlog" in s:
         out["backlog"] = (
             f"Backlog: {o['backlog_jobs']:,} jobs due an hour ahead, spread over an hour"
         )
+    if "ids" in s:
+        out["ids"] = f"Caller-given ids: {s['ids']['jobs']:,} jobs due in 2–4 min, add rate per run"
     if "scale" in s:
         out["scale"] = (
             f"Scale: delayq with {', '.join(map(str, o['nodes']))} nodes, the "
@@ -339,7 +429,21 @@ def scenario_notes(run: Result) -> dict[str, str]:
         "its rates compare per second, its drain does not."
     )
     return {
-        "steady": "Lateness = receive time − due time; ratios are delayq ÷ peer.",
+        "steady": "Lateness = receive time − due time; ratios are delayq ÷ peer. The Kafka "
+        "floor is a bare aiokafka producer sending each record as it comes due, through "
+        "the same broker to a consumer like delayq's (benchmarks/kafka_floor.py): "
+        "delayq − floor is what delayq adds to what Kafka costs here.",
+        "stages": "Each row is measured on its own, from due time: p50s and p99s of "
+        "successive stages do not add up. The node's rows come from its histograms "
+        "(actors/metrics.py; scraped once at the end, quantiles interpolated within "
+        "buckets as histogram_quantile does): move = due → moved to ready, claim = moved "
+        "→ claimed, publish = claimed → broker ack, lateness = due → broker ack. The "
+        "records' rows: fired_ms (the Redis clock at the claim), the Kafka timestamp "
+        "(the producer appending the record) and the receive time, each − due.",
+        "ids": "Nothing fires: add rate = jobs ÷ seconds spent adding, jobs due in 2–4 "
+        "minutes (inside redis_horizon_ms, so delayq writes MySQL and Redis). delayq: "
+        f"schedule_many, {s_batch(run)} jobs per call; BullMQ: addBulk, 1,000 per call, "
+        "with opts.jobId for caller ids. Generated ids: delayq's and BullMQ's own.",
         "burst": "Drain = last fire − first due; mean fire rate = jobs ÷ drain; "
         "peak = most fired in any 1 s. A peer's job fires when its worker "
         "receives it; a delayq job when its node hands the record to Kafka (the "
@@ -360,6 +464,12 @@ def scenario_notes(run: Result) -> dict[str, str]:
         "scale": "One machine: every node shares the same cores with Redis, MariaDB, the "
         "broker and the consumer. The last row is the last node count ÷ the first.",
     }
+
+
+def s_batch(run: Result) -> str:
+    """delayq's schedule_many batch in the ids scenario, as fire_bench reported it."""
+    batch = run["scenarios"].get("ids", {}).get("results", {}).get("delayq", {}).get("batch")
+    return f"{batch:,}" if batch else "5,000"
 
 
 def machine_line(m: Result) -> str:
@@ -386,27 +496,38 @@ HOW = """\
   concurrency 200; lateness in the worker's job function.
 - arq: `enqueue_job(_defer_until=...)`, one worker with `max_jobs` 200, other settings at
   their defaults; lateness in the job function.
+- Kafka floor (steady only): a bare aiokafka producer (acks=all, linger_ms 0) sends each
+  record, shaped and sized like delayq's, when it comes due; a consumer like delayq's reads
+  it through the same broker (`benchmarks/kafka_floor.py`): what Kafka alone costs here.
 - Same Redis, one system at a time, a fresh queue / key prefix each, 100-byte payloads,
   the same due times relative to each run's first due time; every job is added before
   the first one is due (a † on an add rate marks a run where adding ran past it).
 - received / missing / early: jobs received, not received before the give-up time, and
-  received (or, for delayq, fired) before their due time. The local broker can make a
+  received (or, for delayq, fired) before their due time; "delivered twice" counts the
+  extra deliveries (delayq publishes at least once). The local broker can make a
   record visible out of order, past a live consumer: delayq's benchmark re-reads the
   topic for missing jobs; those it finds count as received ("found on a re-read") but,
   having no live receive time, stay out of the lateness and fire-rate numbers."""
 
 
 def scenario_tables(run: Result) -> list[tuple[str, str, str]]:
-    """(scenario, title, table) for every scenario that ran."""
+    """(part, title, table) for every scenario that ran; a steady scenario has a part
+    per rate, steady-<rate> and stages-<rate>."""
     builders = {
         "steady": steady_table,
+        "stages": stages_table,
         "burst": burst_table,
         "backlog": backlog_table,
+        "ids": ids_table,
         "scale": scale_table,
     }
-    return [
-        (name, title, builders[name](run["scenarios"][name])) for name, title in titles(run).items()
-    ]
+    tables = []
+    for part, title in titles(run).items():
+        kind, _, rate = part.partition("-")
+        scenario = run["scenarios"]["steady" if kind == "stages" else kind]
+        data = scenario["by_rate"][rate] if rate else scenario
+        tables.append((part, title, builders[kind](data)))
+    return tables
 
 
 def section(run: Result, images: Sequence[Path]) -> str:
@@ -421,12 +542,12 @@ def section(run: Result, images: Sequence[Path]) -> str:
         HOW,
     ]
     notes = scenario_notes(run)
-    for name, title, text in scenario_tables(run):
-        parts += [f"### {title}", text, notes[name]]
+    for part, title, text in scenario_tables(run):
+        parts += [f"### {title}", text, notes[part.partition("-")[0]]]
         parts += [
             f"![{stem}]({path})"
             for stem, path in by_name.items()
-            if stem.startswith(f"bench-{name}")
+            if stem == f"bench-{part}" or stem.startswith(f"bench-{part}-")
         ]
     return "\n\n".join(parts) + "\n"
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -36,6 +37,14 @@ _POLL_S = 0.05
 class NodeProcessError(RuntimeError):
     """A node did not start or stop in time, or exited while starting; the message ends
     with the tail of its log."""
+
+
+def free_port() -> int:
+    """A local TCP port nothing listens on (right now): a node's metrics_port, say."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

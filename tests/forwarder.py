@@ -5,16 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 
-
-def free_port() -> int:
-    """A local TCP port nothing listens on (right now)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+from devstack.nodes import free_port as free_port  # the tests' import of it
 
 
 class Forwarder:

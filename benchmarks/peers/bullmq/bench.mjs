@@ -2,7 +2,8 @@
 //
 //   node bench.mjs fire    --redis URL --jobs N --rate R --lead S --give-up S --raw FILE
 //   node bench.mjs backlog --redis URL --jobs N --start-in S --spread S
-//   (both take --payload-bytes B, default 100)
+//   (both take --payload-bytes B, default 100, and --caller-ids: every job gets
+//   opts.jobId = order-<run>-<n>-close, unique per run, instead of BullMQ's generated id)
 //
 // fire: N delayed jobs (addBulk, 1,000 per call, removeOnComplete) due evenly at R/s from
 // S seconds after the start; one Worker with concurrency 200 notes each job's receive and
@@ -22,10 +23,13 @@ const CONCURRENCY = 200;
 
 const { positionals: [mode], values: opt } = parseArgs({
   allowPositionals: true,
-  options: Object.fromEntries(
-    ["redis", "jobs", "rate", "lead", "give-up", "raw", "start-in", "spread", "payload-bytes"]
-      .map((name) => [name, { type: "string" }]),
-  ),
+  options: {
+    ...Object.fromEntries(
+      ["redis", "jobs", "rate", "lead", "give-up", "raw", "start-in", "spread", "payload-bytes"]
+        .map((name) => [name, { type: "string" }]),
+    ),
+    "caller-ids": { type: "boolean", default: false },
+  },
 });
 const url = new URL(opt.redis ?? "redis://127.0.0.1:6379/0");
 const connection = {
@@ -34,6 +38,9 @@ const connection = {
 const total = Number(opt.jobs);
 const payload = "x".repeat(Number(opt["payload-bytes"] ?? 100));
 const queueName = `bench-${process.pid}-${Date.now()}`;
+const callerIds = opt["caller-ids"];
+// Makes the caller ids unique per run, like delayq's (its run is a fresh key prefix).
+const run = `${process.pid}${Date.now().toString(36)}`;
 
 // addBulk in batches; each job's delay is its due time minus the time of its batch.
 async function addAll(queue, dueOf, jobOpts) {
@@ -43,8 +50,9 @@ async function addAll(queue, dueOf, jobOpts) {
     const batch = [];
     for (let i = start; i < Math.min(start + BATCH, total); i++) {
       const due = dueOf(i);
+      const ids = callerIds ? { jobId: `order-${run}-${i}-close` } : {};
       batch.push({ name: "j", data: { due, payload },
-        opts: { delay: Math.max(due - now, 0), ...jobOpts } });
+        opts: { delay: Math.max(due - now, 0), ...ids, ...jobOpts } });
     }
     await queue.addBulk(batch);
   }
@@ -110,7 +118,7 @@ async function fire() {
   await queue.obliterate({ force: true });
   await queue.close();
   writeFileSync(opt.raw, new Uint8Array(pairs.buffer, 0, received * 16));
-  return { mode, jobs: total, received, duplicates, add_rate_per_s: Math.round(addRate),
+  return { mode, jobs: total, caller_ids: callerIds, received, duplicates, add_rate_per_s: Math.round(addRate),
     first_due_ms: firstDue, scheduling_finished_before_first_due: addedInTime };
 }
 
@@ -127,7 +135,7 @@ async function backlog() {
   await queue.obliterate({ force: true });
   const cleaned = await redisFacts(client);
   await queue.close();
-  return { mode, jobs: total, add_rate_per_s: Math.round(addRate),
+  return { mode, jobs: total, caller_ids: callerIds, add_rate_per_s: Math.round(addRate),
     redis: { used_memory_before: before[0], used_memory_after: after[0],
       used_memory_after_cleanup: cleaned[0], keys_added: after[1] - before[1],
       own_keys: ownKeys, own_keys_memory_usage: ownBytes },

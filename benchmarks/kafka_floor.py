@@ -1,0 +1,204 @@
+"""The Kafka floor: the lateness a bare producer → broker → consumer adds by itself.
+
+    python benchmarks/kafka_floor.py fire --jobs 50000 --rate 5000 --lead 5 --give-up 170 \\
+        --raw pairs.f64 [--payload-bytes 100]
+
+The steady load of benchmarks/harness.py without a queue: one record per "job", due
+evenly at --rate per second from --lead seconds after the start, each sent by an
+aiokafka producer when its due time arrives and read by a consumer in the same process.
+Lateness = receive time − due time, as for every system of the harness, so whatever
+delayq's lateness has above this floor is delayq's own (or its share of the machine).
+
+- Records have the shape and size of delayq's fired records with the same payload
+  (job_id, topic, biz_id, biz_type, payload, due_ms, fired_ms, attempt; about 285 bytes
+  with a 100-byte payload), keyed by the job id, on a fresh topic of the same six
+  partitions, spread over them round robin (the node too picks a partition without
+  hashing the key when it publishes).
+- The producer is the node's (actors/node.py make_producer: acks=all, idempotence as
+  kafka_idempotence says, the same batch sizes) with linger_ms 0: the sender takes a
+  batch as soon as the loop gives it a turn, so the records due in one iteration of
+  the send loop go out together, and none waits for more.
+- The send loop sends every record whose due time has come, then sleeps until the next
+  one is due.
+- The consumer is benchmarks/fire_bench.py's (fetch_max_wait_ms=5, every partition),
+  and so is the reading: receive time when getmany hands over a batch; records the
+  live consumer missed (the local broker can make one visible out of order) are looked
+  for by re-reading the topic, counted as received but kept out of lateness.
+
+Connects as Settings.from_env() says (cluster/kafka_conn.py), so the secure stack
+works too. Writes float64 (receive_ms, due_ms) pairs to --raw, as the peers do
+(benchmarks/summary.py reads them), and prints one JSON line: counts, the record size,
+and p50/p99/max of sent − due (how late the send loop was) and of broker ack − due.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import uvloop
+from aiokafka import AIOKafkaProducer
+from fire_bench import (
+    PARTITIONS,
+    Received,
+    consume,
+    due_times,
+    kafka_topic,
+    start_consumer,
+    write_pairs,
+)
+from summary import percentile
+
+from actors.node import make_producer
+from cluster.config import Settings
+from cluster.kafka_conn import start_client
+
+
+def record_head(job_id: bytes, topic: str, payload_bytes: int) -> bytes:
+    """A fired record of delayq up to its due_ms (cluster/envelope.py builds the same)."""
+    return orjson.dumps(
+        {
+            "job_id": job_id.decode(),
+            "topic": topic,
+            "biz_id": None,
+            "biz_type": None,
+            "payload": {"data": "x" * payload_bytes},
+        }
+    )[:-1]
+
+
+def quantiles(values: list[float]) -> dict[str, float | None]:
+    values.sort()
+    return {
+        "p50": round(percentile(values, 0.5), 1) if values else None,
+        "p99": round(percentile(values, 0.99), 1) if values else None,
+        "max": round(values[-1], 1) if values else None,
+    }
+
+
+async def send_when_due(
+    producer: AIOKafkaProducer,
+    topic: str,
+    dues: list[int],
+    payload_bytes: int,
+    sent_late: list[float],
+    acked_late: list[float],
+) -> int:
+    """Send each record once its due time has come; returns the bytes of the last record.
+    The broker's acknowledgements are awaited at the end."""
+    # The id's time part keeps ids apart between runs, as delayq's generated ids are.
+    ids = [f"{dues[0]:012x}{i:020x}".encode() for i in range(len(dues))]
+    acks: list[asyncio.Future[Any]] = []
+
+    def on_ack(due: int, ack: asyncio.Future[Any]) -> None:
+        if not ack.exception():
+            acked_late.append(time.time() * 1000 - due)
+
+    i, value = 0, b""
+    while i < len(dues):
+        now_ms = time.time() * 1000
+        while i < len(dues) and dues[i] <= now_ms:
+            sent = round(now_ms)
+            value = b'%s,"due_ms":%d,"fired_ms":%d,"attempt":1}' % (
+                record_head(ids[i], topic, payload_bytes),
+                dues[i],
+                sent,
+            )
+            ack = await producer.send(topic, value, key=ids[i], partition=i % PARTITIONS)
+            ack.add_done_callback(functools.partial(on_ack, dues[i]))
+            acks.append(ack)
+            sent_late.append(now_ms - dues[i])
+            i += 1
+        if i < len(dues):
+            await asyncio.sleep(max(0.0, dues[i] - time.time() * 1000) / 1000)
+    await asyncio.gather(*acks)
+    return len(value)
+
+
+async def run_fire(args: argparse.Namespace) -> dict[str, Any]:
+    settings = Settings.from_env().replace(node_id="kafka-floor", kafka_linger_ms=0)
+    topic = f"bench.floor{uuid.uuid4().hex[:6]}"
+    received = Received()
+    sent_late: list[float] = []
+    acked_late: list[float] = []
+    async with kafka_topic(settings, topic):
+        reopen = functools.partial(start_consumer, settings, topic)
+        consumer = await reopen()
+        producer = make_producer(settings)
+        try:
+            await start_client(producer, settings)
+            first_due_ms = round((time.time() + args.lead) * 1000)
+            dues = due_times("steady", args.jobs, first_due_ms, args.jobs / args.rate)
+            consuming = asyncio.create_task(
+                consume(
+                    consumer,
+                    reopen,
+                    received,
+                    args.jobs,
+                    dues[-1] / 1000,
+                    dues[-1] / 1000 + args.give_up,
+                )
+            )
+            record_bytes = await send_when_due(
+                producer, topic, dues, args.payload_bytes, sent_late, acked_late
+            )
+            await consuming
+        finally:
+            await producer.stop()
+            await consumer.stop()
+    write_pairs(args.raw, received)
+    return {
+        "system": "floor",
+        "mode": "fire",
+        "jobs": args.jobs,
+        "rate_per_s": args.rate,
+        "unique": len(received.ids),
+        "duplicates": received.duplicates,
+        "reread_found": len(received.reread_due_ms),
+        "first_due_ms": first_due_ms,
+        "record_bytes": record_bytes,
+        "producer": {"acks": "all", "linger_ms": 0, "idempotence": settings.kafka_idempotence},
+        "consumer": {"fetch_max_wait_ms": 5},
+        "sent_lateness_ms": quantiles(sent_late),
+        "broker_ack_lateness_ms": quantiles(acked_late),
+    }
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=["fire"], help="the harness's steady load")
+    parser.add_argument("--jobs", type=int, required=True, help="records to send")
+    parser.add_argument("--rate", type=int, required=True, help="records due per second")
+    parser.add_argument("--lead", type=float, default=5.0, help="seconds to the first due")
+    parser.add_argument(
+        "--give-up",
+        type=float,
+        default=120.0,
+        help="seconds after the last due time to stop waiting for missing records",
+    )
+    parser.add_argument(
+        "--raw", type=Path, required=True, help="where to write (receive_ms, due_ms) pairs"
+    )
+    parser.add_argument(
+        "--payload-bytes", type=int, default=100, help="size of the string in each payload"
+    )
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    result = uvloop.run(run_fire(args))
+    print(orjson.dumps(result).decode())
+    if result["unique"] < args.jobs:
+        sys.exit(f"{args.jobs - result['unique']} records missing")
+
+
+if __name__ == "__main__":
+    main()

@@ -12,8 +12,8 @@ delayq's lateness has above this floor is delayq's own (or its share of the mach
 - Records have the shape and size of delayq's fired records with the same payload
   (job_id, topic, biz_id, biz_type, payload, due_ms, fired_ms, attempt; about 285 bytes
   with a 100-byte payload), keyed by the job id, on a fresh topic of the same six
-  partitions, spread over them round robin (the node too picks a partition without
-  hashing the key when it publishes).
+  partitions, spread over them round robin (as evenly as the node's murmur2 of each
+  record's key spreads delayq's records).
 - The producer is the node's (actors/node.py make_producer: acks=all, idempotence as
   kafka_idempotence says, the same batch sizes) with linger_ms 0: the sender takes a
   batch as soon as the loop gives it a turn, so the records due in one iteration of

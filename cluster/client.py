@@ -123,6 +123,7 @@ class DelayClient:
             self.keys,
             wait_replicas=self.settings.redis_wait_replicas,
             wait_timeout_ms=self.settings.redis_wait_timeout_ms,
+            payload_lead_ms=self.settings.payload_lead_ms,
         )
         self._dead = DeadLetters(self.settings, self._scripts, self.mysql)
 

@@ -28,6 +28,9 @@ KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 # key) and biz_type at up to 4 UTF-8 bytes a character (200, 200, 64), the topic (249),
 # field names, times, the delayq-node header and Kafka's record framing.
 RECORD_OVERHEAD_BYTES = 4096
+# The smallest payload_lead_ms other than 0: the filler runs about once a second, so a
+# shorter lead would leave most payloads to the dispatcher's MySQL reads.
+MIN_PAYLOAD_LEAD_MS = 1000
 # Settings whose whole value is a secret.
 SECRET_SETTINGS = frozenset({"kafka_sasl_password", "zk_auth"})
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*):[^/\s]*@")
@@ -80,6 +83,13 @@ class Settings:
     # Redis holds the near future only. Producer and node clocks must agree within
     # horizon/2.
     redis_horizon_ms: int = 300000
+    # Lean envelopes: a job due further ahead than this (by the Redis clock) is stored in
+    # Redis without its payload (the envelope header alone); the owning node's filler
+    # loads the payload from MySQL once the job comes within this of its due time, and
+    # the dispatcher loads what is still missing when it claims the job. At most
+    # redis_horizon_ms / 2 (the reconciler loads jobs that far ahead), at least
+    # MIN_PAYLOAD_LEAD_MS; 0: always store full envelopes.
+    payload_lead_ms: int = 30000
 
     # Replication (docs/cluster.md): writes that back a promise (cancel() and
     # reschedule() returning True, the ack of a fired job, a slot's owner epoch) return
@@ -238,6 +248,16 @@ class Settings:
             raise ConfigError(f"kafka_linger_ms must be >= 0, got {self.kafka_linger_ms}")
         if self.redis_horizon_ms < 1000:
             raise ConfigError(f"redis_horizon_ms must be >= 1000, got {self.redis_horizon_ms}")
+        if self.payload_lead_ms != 0 and not (
+            MIN_PAYLOAD_LEAD_MS <= self.payload_lead_ms <= self.redis_horizon_ms // 2
+        ):
+            # Beyond horizon/2 a job the reconciler just loaded would already be due for
+            # its payload; below the filler's pace the dispatcher would load most of them.
+            raise ConfigError(
+                f"payload_lead_ms must be 0 (always store payloads in Redis) or between "
+                f"{MIN_PAYLOAD_LEAD_MS} and redis_horizon_ms / 2 "
+                f"({self.redis_horizon_ms // 2}), got {self.payload_lead_ms}"
+            )
         if not self.startup_timeout_s >= 0:
             raise ConfigError(f"startup_timeout_s must be >= 0, got {self.startup_timeout_s}")
         if not self.max_delay_s > 0:

@@ -53,6 +53,15 @@ def test_payload_lead_is_checked() -> None:
     Settings(redis_horizon_ms=10_000, payload_lead_ms=5000)
 
 
+def test_a_lean_envelope_filled_is_the_full_one() -> None:
+    header = b"00000000000a|3|1700000000000|"
+    assert is_lean(header)
+    full = with_tail(header, TAIL)
+    assert not is_lean(full)
+    fire = fire_of(full, 2, 1700000000005)
+    assert fire.topic == "topic.a" and fire.key == b"biz-1" and fire.due_ms == 1700000000000
+
+
 # ----- the scripts ---------------------------------------------------------------------------
 
 

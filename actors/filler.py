@@ -2,7 +2,8 @@
 
 A job due more than `payload_lead_ms` ahead is stored in Redis lean, its envelope header
 alone (lua/add.lua): the payload, topic and key stay in MySQL, which holds them anyway,
-so Redis keeps about half the bytes per waiting job. About once a second, and at once
+so Redis keeps about half the bytes per waiting job. About once a second (four times
+per lead when the lead is shorter than 4 s), and at once
 when this node takes a slot, the filler walks each owned slot's delay zset from where it
 stopped last time up to Redis TIME + payload_lead_ms, reads the rows of the lean jobs it
 finds (one MySQL read per batch), and gives their envelopes the tail the producer made
@@ -34,7 +35,9 @@ from cluster.scripts import Scripts, SlotFailed
 
 log = logging.getLogger(__name__)
 
-FILL_INTERVAL_S = 1.0
+# Between passes: a quarter of the lead, at most a second, so a job comes within the lead
+# a few passes before it is due even with the shortest lead.
+MAX_FILL_INTERVAL_S = 1.0
 # Delay members examined per slot per round trip, and job ids per MySQL read.
 FILL_BATCH = 500
 READ_BATCH = 1000
@@ -62,6 +65,7 @@ class Filler(Actor):
         self.filled_total = 0
         self._cursors: dict[int, Cursor] = {}
         self._wake = asyncio.Event()
+        self.interval_s = min(MAX_FILL_INTERVAL_S, settings.payload_lead_ms / 4000)
 
     def acquired(self, slot: int) -> None:
         """This node took `slot`: walk it from the start, now."""
@@ -82,7 +86,7 @@ class Filler(Actor):
                 await self.fill_owned()
             except Exception as exc:  # MySQL or Redis down: the next pass goes on from here
                 self.warn("filling lean envelopes failed, will retry: %s", exc)
-            await self.wait_event(self._wake, FILL_INTERVAL_S)
+            await self.wait_event(self._wake, self.interval_s)
 
     async def fill_owned(self) -> int:
         """One pass over the owned slots; returns how many envelopes it filled."""

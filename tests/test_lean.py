@@ -9,7 +9,10 @@ import asyncio
 
 import pytest
 
+from actors import filler as filler_module
+from actors.filler import Filler
 from actors.node import Node
+from actors.ownership import StaticOwnership
 from cluster import DelayClient, Job, JobStatus
 from cluster.config import ConfigError, Settings
 from cluster.contract import SEQ_DIGITS, AddCode, ChangeCode, member_of
@@ -169,6 +172,33 @@ async def test_release_puts_claimed_jobs_back_without_using_an_attempt(
     await lean_scripts.take(SLOT, 1)
     with pytest.raises(Fenced):
         await lean_scripts.release(SLOT, 0, [b"a"], 500)
+
+
+async def test_filler_walks_pages_that_end_inside_runs_of_equal_scores(
+    lean: Settings, redis: RedisClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(filler_module, "FILL_BATCH", 7)  # pages end inside runs of equal scores
+    async with DelayClient(lean) as client:
+        due = now_ms() + 2500
+        ids = await client.schedule_many([Job("t", i, at=(due + i % 3) / 1000) for i in range(300)])
+        ids += await client.schedule_many([Job("t", "later", at=(due + 60_000) / 1000)])
+        keys = KeySpace(lean.key_prefix)
+
+        async def envelopes() -> list[bytes]:
+            return [await redis.hget(keys.slot(slot_of(j, lean.slots)).jobs, j) for j in ids]
+
+        assert all(is_lean(e) for e in await envelopes())
+        filler = Filler(lean, client.scripts, client.mysql, StaticOwnership(lean.slots))
+        assert await filler.fill_owned() == 0  # none within the lead yet
+        await asyncio.sleep(max(due - LEAD_MS - now_ms(), 0) / 1000 + 0.1)
+        assert await filler.fill_owned() == 300
+        assert await filler.fill_owned() == 0  # nothing left within the lead
+        rows = await client.mysql.get_many(ids)
+        filled = await envelopes()
+        for job_id, envelope in zip(ids[:300], filled[:300], strict=True):
+            header = b"%s|16|%d|" % (envelope[:SEQ_DIGITS], rows[job_id].due_ms)
+            assert envelope == with_tail(header, rows[job_id].tail)
+        assert is_lean(filled[300])
 
 
 # ----- a node -------------------------------------------------------------------------------

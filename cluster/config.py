@@ -28,8 +28,8 @@ KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 # key) and biz_type at up to 4 UTF-8 bytes a character (200, 200, 64), the topic (249),
 # field names, times, the delayq-node header and Kafka's record framing.
 RECORD_OVERHEAD_BYTES = 4096
-# The smallest payload_lead_ms other than 0: the filler runs about once a second, so a
-# shorter lead would leave most payloads to the dispatcher's MySQL reads.
+# The smallest payload_lead_ms other than 0: the filler passes four times per lead (at
+# most once a second), and more often than that is not worth the bytes it saves.
 MIN_PAYLOAD_LEAD_MS = 1000
 # Settings whose whole value is a secret.
 SECRET_SETTINGS = frozenset({"kafka_sasl_password", "zk_auth"})
@@ -251,8 +251,8 @@ class Settings:
         if self.payload_lead_ms != 0 and not (
             MIN_PAYLOAD_LEAD_MS <= self.payload_lead_ms <= self.redis_horizon_ms // 2
         ):
-            # Beyond horizon/2 a job the reconciler just loaded would already be due for
-            # its payload; below the filler's pace the dispatcher would load most of them.
+            # Beyond horizon/2 every job the reconciler loads is within the lead already, so
+            # nothing would be lean: most likely a mistake in one of the two settings.
             raise ConfigError(
                 f"payload_lead_ms must be 0 (always store payloads in Redis) or between "
                 f"{MIN_PAYLOAD_LEAD_MS} and redis_horizon_ms / 2 "

@@ -16,6 +16,14 @@ TIME is a reading taken before its reply arrived, so (due − that reading) ms o
 local monotonic clock after the reply always ends after the due time, whatever the
 node's wall clock says. Its record's fired_ms is that reading plus the time held, never
 below due_ms.
+
+A claimed job whose envelope is still lean (lua/add.lua; the filler had not reached it:
+rescheduled or retried close to its time, replayed, or the filler behind or down) gets
+its tail from its MySQL row, one read for all such jobs of a round, so it fires the
+same record bytes as a full envelope would have. When MySQL does not answer, those
+jobs are released (lua/release.lua): back to the delay zset, due again after
+retry_backoff_ms, the attempt not counted, since nothing was tried. A lean job MySQL
+has no row of cannot be built at all: it fails its attempt like an unpublishable one.
 """
 
 from __future__ import annotations
@@ -37,8 +45,10 @@ from actors.queues import SlotQueue
 from actors.scanner import SlotScanner
 from cluster.config import Settings
 from cluster.contract import NO_TIME
-from cluster.envelope import Fire, due_and_topic, fire_of
+from cluster.envelope import Fire, due_and_topic, fire_of, is_lean, with_tail
 from cluster.jobs import topic_allowed
+from cluster.mysql_store import MySQLStore
+from cluster.script_io import Claimed
 from cluster.scripts import Fenced, NotReplicated, Scripts, SlotFailed
 
 log = logging.getLogger(__name__)
@@ -48,6 +58,8 @@ RETRY_AFTER_ERROR_S = 0.2
 # about as long as a Redis Cluster failover takes, before the jobs are left in flight
 # for the reaper (which fires them again: a duplicate).
 ACK_RETRY_PAUSES_S = (0.1, 0.25, 0.5, 1.0, 1.0, 2.0, 2.0, 3.0)
+# Error of a lean job whose MySQL row is gone: its record cannot be built.
+NO_ROW_ERROR = "MissingRow: the job's payload is not in Redis and MySQL has no row of it"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +98,7 @@ class Dispatcher(Actor):
         self,
         settings: Settings,
         scripts: Scripts,
+        mysql: MySQLStore,
         producer: AIOKafkaProducer,
         ownership: Ownership,
         scanner: SlotScanner,
@@ -94,6 +107,7 @@ class Dispatcher(Actor):
         super().__init__()
         self.settings = settings
         self.scripts = scripts
+        self.mysql = mysql
         self.publisher = Publisher(producer, settings.node_id, settings.kafka_max_batch_bytes)
         self.ownership = ownership
         self.scanner = scanner
@@ -103,6 +117,8 @@ class Dispatcher(Actor):
         self.unreplicated_acks = 0
         self.retried_total = 0  # failed publishes given another attempt
         self.dead_total = 0  # failed publishes that used up their attempts
+        self.tails_loaded_total = 0  # lean jobs whose tail was read from MySQL at claim
+        self.released_total = 0  # lean jobs put back because MySQL did not answer
         # Metrics, filled a round at a time (actors/histogram.py): records the broker
         # acknowledged, by topic; broker ack − due per job, by topic; ready → claimed
         # (from the slot's latest move, a lower bound) per job; claimed → broker ack.
@@ -193,7 +209,10 @@ class Dispatcher(Actor):
         # Jobs whose topic allowed_topics does not cover (a producer with other settings
         # wrote them): never published, they fail each attempt and go dead.
         refused: dict[tuple[int, int], dict[bytes, str]] = defaultdict(dict)
+        # Lean jobs whose tail could not be read (MySQL down): released, not failed.
+        unbuilt: dict[tuple[int, int], list[bytes]] = defaultdict(list)
         failed: list[SlotFailed] = []
+        rounds: list[tuple[int, int, int, list[Claimed]]] = []  # slot, epoch, now, jobs
         for (slot, epoch), claim in zip(held, claims, strict=True):
             if claim is None:
                 self.ownership.lost(slot, epoch)
@@ -207,6 +226,12 @@ class Dispatcher(Actor):
             if claimed:
                 moved_ms = self.scanner.moved_ms.get(slot, now_ms)
                 self.claim_lag.observe((), max(now_ms - moved_ms, 0) / 1000, len(claimed))
+            rounds.append((slot, epoch, now_ms, claimed))
+        tails = await self._load_tails(
+            [job.job_id for *_, claimed in rounds for job in claimed if is_lean(job.envelope)]
+        )
+        for slot, epoch, now_ms, claimed in rounds:
+            # After the tails were read, so the time that took counts too.
             age_ms = self.scanner.redis_now_ms() - now_ms
             if age_ms > self.lease_ms:
                 # This process was paused since the claim: the slot may have moved on.
@@ -219,7 +244,17 @@ class Dispatcher(Actor):
                 )
                 continue
             for job in claimed:
-                due_ms, topic = due_and_topic(job.envelope)
+                envelope = job.envelope
+                if is_lean(envelope):
+                    if tails is None:
+                        unbuilt[slot, epoch].append(job.job_id)
+                        continue
+                    tail = tails.get(job.job_id)
+                    if tail is None:
+                        refused[slot, epoch][job.job_id] = NO_ROW_ERROR
+                        continue
+                    envelope = with_tail(envelope, tail)
+                due_ms, topic = due_and_topic(envelope)
                 if not topic_allowed(s.allowed_topics, topic):
                     refused[slot, epoch][job.job_id] = (
                         f"TopicNotAllowed: topic {topic!r} matches none of "
@@ -228,10 +263,10 @@ class Dispatcher(Actor):
                     continue
                 if due_ms > now_ms:
                     later.append(
-                        Held(slot, job.job_id, job.envelope, job.attempt, due_ms, now_ms, received)
+                        Held(slot, job.job_id, envelope, job.attempt, due_ms, now_ms, received)
                     )
                     continue
-                fires.append(fire_of(job.envelope, job.attempt, now_ms))
+                fires.append(fire_of(envelope, job.attempt, now_ms))
                 owners.append((slot, job.job_id, now_ms))
             if len(claimed) == s.claim_batch:
                 more.append(slot)
@@ -245,6 +280,8 @@ class Dispatcher(Actor):
             )
         for (slot, epoch), errors in refused.items():
             await self._nack(slot, epoch, errors)
+        for (slot, epoch), job_ids in unbuilt.items():
+            await self._release(slot, epoch, job_ids)
         sent: dict[int, list[Sent]] = defaultdict(list)
         if fires:
             futures = await self.publisher.publish(fires)
@@ -254,7 +291,7 @@ class Dispatcher(Actor):
                 sent[slot].append(Sent(job_id, future, fire.topic, fire.due_ms, claimed_ms))
         return sent, later, more
 
-    async def _release(self, later: list[Held], sent: dict[int, list[Sent]]) -> None:
+    async def _publish_held(self, later: list[Held], sent: dict[int, list[Sent]]) -> None:
         """Publish each held job once the Redis clock has passed its due time, those
         released at the same moment together; add them to `sent`."""
         later.sort(key=lambda job: job.release_at)
@@ -284,6 +321,40 @@ class Dispatcher(Actor):
             for (job, fired_ms), future, fire in zip(released, futures, fires, strict=True):
                 sent[job.slot].append(Sent(job.job_id, future, fire.topic, job.due_ms, fired_ms))
 
+    async def _load_tails(self, job_ids: list[bytes]) -> dict[bytes, bytes] | None:
+        """The envelope tails of lean claimed jobs, from their MySQL rows in one read
+        (a job without a row is absent); None when MySQL did not answer."""
+        if not job_ids:
+            return {}
+        try:
+            # Well within the claim's lease, which the caller checks afterwards.
+            async with asyncio.timeout(self.lease_ms / 2000):
+                rows = await self.mysql.get_many([job_id.decode() for job_id in job_ids])
+        except Exception as exc:
+            self.warn(
+                "reading the payloads of %d claimed lean job(s) from MySQL failed; they "
+                "are put back, due again in %d ms, without using an attempt: %s",
+                len(job_ids),
+                self.settings.retry_backoff_ms,
+                _describe(exc),
+            )
+            return None
+        self.tails_loaded_total += len(rows)
+        return {job_id.encode(): row.tail for job_id, row in rows.items()}
+
+    async def _release(self, slot: int, epoch: int, job_ids: list[bytes]) -> None:
+        """Put back claimed jobs whose record could not be built (lua/release.lua)."""
+        try:
+            released, due_ms = await self.scripts.release(
+                slot, epoch, job_ids, self.settings.retry_backoff_ms
+            )
+        except Fenced:
+            self.ownership.lost(slot, epoch)  # the new owner's reaper retries them
+            return
+        self.released_total += released
+        if due_ms != NO_TIME:
+            self.scanner.wake(slot, due_ms)
+
     async def _finish(
         self,
         held: list[tuple[int, int]],
@@ -297,7 +368,7 @@ class Dispatcher(Actor):
         epochs = dict(held)
         try:
             if later:
-                await self._release(later, sent)
+                await self._publish_held(later, sent)
             deadline = time.monotonic() + self.settings.kafka_delivery_timeout_ms / 1000
             unique = list(
                 {id(item.future): item.future for items in sent.values() for item in items}.values()

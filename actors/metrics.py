@@ -49,6 +49,8 @@ METRIC_NAMES = frozenset(
         "delayq_fenced_total",
         "delayq_jobs_readded_total",
         "delayq_jobs_loaded_total",
+        "delayq_payloads_loaded_total",
+        "delayq_jobs_released_total",
         "delayq_journal_recorded_total",
         "delayq_actor_restarts_total",
         "delayq_retention_deleted_total",
@@ -127,6 +129,20 @@ def _counters(p: NodeParts) -> Iterator[Metric]:
         "delayq_jobs_loaded",
         "Jobs loaded from MySQL into Redis as they came within redis_horizon_ms.",
         p.reconciler.loaded_total,
+    )
+    payloads = CounterMetricFamily(
+        "delayq_payloads_loaded",
+        "Payloads of lean jobs loaded from MySQL into Redis: by the filler shortly before "
+        "the due time, or by the dispatcher when it claimed a job still lean.",
+        labels=["by"],
+    )
+    payloads.add_metric(["filler"], p.filler.filled_total)
+    payloads.add_metric(["claim"], p.dispatcher.tails_loaded_total)
+    yield payloads
+    yield _counter(
+        "delayq_jobs_released",
+        "Lean jobs put back unpublished, their attempt not used, because MySQL did not answer.",
+        p.dispatcher.released_total,
     )
     yield _counter(
         "delayq_journal_recorded",

@@ -30,6 +30,7 @@ from redis import exceptions as redis_exc
 from redis.exceptions import RedisClusterException
 
 from actors.dispatcher import Dispatcher
+from actors.filler import Filler
 from actors.membership import ClusterConfigError, Membership
 from actors.mover import Mover
 from actors.ownership import HeldSlots
@@ -81,6 +82,7 @@ class NodeParts:
     reaper: RetryReaper
     recorder: Recorder
     reconciler: Reconciler
+    filler: Filler
     sampler: Sampler
     retention: Retention
     supervisor: Supervisor
@@ -117,6 +119,7 @@ class Node:
                 self.keys,
                 wait_replicas=self.settings.redis_wait_replicas,
                 wait_timeout_ms=self.settings.redis_wait_timeout_ms,
+                payload_lead_ms=self.settings.payload_lead_ms,
             )
             producer = await _wait_for(
                 "Kafka", s.kafka_bootstrap, self._start_producer, deadline, s.startup_timeout_s
@@ -178,19 +181,21 @@ class Node:
             held, mover_queue, s.safety_wake_ms, s.clock_offset_ms, s.fire_advance_ms
         )
         mover = Mover(scripts, held, scanner, mover_queue, dispatch_queue, s.move_batch)
-        dispatcher = Dispatcher(s, scripts, producer, held, scanner, dispatch_queue)
+        dispatcher = Dispatcher(s, scripts, self.mysql, producer, held, scanner, dispatch_queue)
         reaper = RetryReaper(s, scripts, held, scanner)
         recorder = Recorder(
             scripts, self.mysql, held, s.record_batch, s.record_interval_ms, s.marker_retention_ms
         )
         listener = WakeListener(s, redis, self.keys.wake_channel, held, scanner)
         reconciler = Reconciler(s, self.mysql, scripts, held, reconcile_queue)
+        filler = Filler(s, scripts, self.mysql, held)
         sampler = Sampler(s, redis, self.keys, self.mysql, producer, held)
         retention = Retention(s, self.mysql, held)
 
         def acquired(slot: int) -> None:
             scanner.wake(slot, 0)
             reconcile_queue.put_nowait(slot)
+            filler.acquired(slot)
 
         membership = Membership(
             s, scripts, held, on_acquired=acquired, quiesce=dispatcher.wait_idle
@@ -203,6 +208,7 @@ class Node:
                 retention,
                 listener,
                 reconciler,
+                filler,
                 scanner,
                 mover,
                 dispatcher,
@@ -222,6 +228,7 @@ class Node:
             reaper,
             recorder,
             reconciler,
+            filler,
             sampler,
             retention,
             supervisor,
@@ -255,6 +262,9 @@ class Node:
             "slots_owned": len(p.held.owned()),
             "readded": p.reconciler.readded_total,
             "loaded": p.reconciler.loaded_total,
+            "filled": p.filler.filled_total,
+            "tails_loaded_at_claim": p.dispatcher.tails_loaded_total,
+            "released": p.dispatcher.released_total,
         }
 
 

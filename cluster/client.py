@@ -95,6 +95,11 @@ REFUSED_RETRY_PAUSES_S = (0.01, 0.05, 0.15, 0.3)
 # Pauses before adding again the jobs of slots whose Redis node failed (a Redis Cluster
 # master failing over): about as long as a failover takes with cluster-node-timeout 2 s.
 FAILED_SLOT_RETRY_PAUSES_S = (0.1, 0.3, 0.6, 1.0, 2.0)
+# A job due this much beyond payload_lead_ms (this process's clock) goes to the add
+# script without its tail, which the script would drop anyway: the tail is not even made.
+# Should Redis's clock be that far ahead, the job is stored lean all the same (a lean
+# envelope is the header with an empty tail) and fires with its tail read from MySQL.
+LEAN_MARGIN_MS = 1000
 
 
 class DelayClient:
@@ -123,6 +128,7 @@ class DelayClient:
             self.keys,
             wait_replicas=self.settings.redis_wait_replicas,
             wait_timeout_ms=self.settings.redis_wait_timeout_ms,
+            payload_lead_ms=self.settings.payload_lead_ms,
         )
         self._dead = DeadLetters(self.settings, self._scripts, self.mysql)
 
@@ -269,13 +275,17 @@ class DelayClient:
         # Jobs due beyond the horizon stay in MySQL alone; the owning node loads them.
         # Judged after the commit, so a row a node's load pass could not see yet is
         # always added here (actors/reconciler.py).
-        horizon_end = now_ms() + self.settings.redis_horizon_ms
+        now = now_ms()
+        horizon_end = now + self.settings.redis_horizon_ms
+        lead = self.settings.payload_lead_ms
+        lean_after = now + lead + LEAN_MARGIN_MS if lead else horizon_end
         by_slot: dict[int, list[NewJob]] = defaultdict(list)
         for slot, job in zip(slots, jobs, strict=True):
             row = rows.get(job.job_id)
             if row is None:
                 if job.due_ms < horizon_end:
-                    by_slot[slot].append(NewJob(job.job_id, job.due_ms, job.max_attempts, job.tail))
+                    tail = job.tail if job.due_ms <= lean_after else b""
+                    by_slot[slot].append(NewJob(job.job_id, job.due_ms, job.max_attempts, tail))
             elif row.status in WAITING_STATUSES and row.due_ms < horizon_end:
                 by_slot[slot].append(NewJob.from_record(row))
         if by_slot:

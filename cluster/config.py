@@ -31,6 +31,9 @@ RECORD_OVERHEAD_BYTES = 4096
 # A claimed job waits in the node for at most this long before it is published: cancel()
 # answers "in flight" for it meanwhile, so the advance stays a matter of milliseconds.
 MAX_FIRE_ADVANCE_MS = 1000
+# The smallest payload_lead_ms other than 0: the filler passes four times per lead (at
+# most once a second), and more often than that is not worth the bytes it saves.
+MIN_PAYLOAD_LEAD_MS = 1000
 # Settings whose whole value is a secret.
 SECRET_SETTINGS = frozenset({"kafka_sasl_password", "zk_auth"})
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*):[^/\s]*@")
@@ -83,6 +86,13 @@ class Settings:
     # Redis holds the near future only. Producer and node clocks must agree within
     # horizon/2.
     redis_horizon_ms: int = 300000
+    # Lean envelopes: a job due further ahead than this (by the Redis clock) is stored in
+    # Redis without its payload (the envelope header alone); the owning node's filler
+    # loads the payload from MySQL once the job comes within this of its due time, and
+    # the dispatcher loads what is still missing when it claims the job. At most
+    # redis_horizon_ms / 2 (the reconciler loads jobs that far ahead), at least
+    # MIN_PAYLOAD_LEAD_MS; 0: always store full envelopes.
+    payload_lead_ms: int = 30000
 
     # Replication (docs/cluster.md): writes that back a promise (cancel() and
     # reschedule() returning True, the ack of a fired job, a slot's owner epoch) return
@@ -250,6 +260,16 @@ class Settings:
             raise ConfigError(f"kafka_linger_ms must be >= 0, got {self.kafka_linger_ms}")
         if self.redis_horizon_ms < 1000:
             raise ConfigError(f"redis_horizon_ms must be >= 1000, got {self.redis_horizon_ms}")
+        if self.payload_lead_ms != 0 and not (
+            MIN_PAYLOAD_LEAD_MS <= self.payload_lead_ms <= self.redis_horizon_ms // 2
+        ):
+            # Beyond horizon/2 every job the reconciler loads is within the lead already, so
+            # nothing would be lean: most likely a mistake in one of the two settings.
+            raise ConfigError(
+                f"payload_lead_ms must be 0 (always store payloads in Redis) or between "
+                f"{MIN_PAYLOAD_LEAD_MS} and redis_horizon_ms / 2 "
+                f"({self.redis_horizon_ms // 2}), got {self.payload_lead_ms}"
+            )
         if not self.startup_timeout_s >= 0:
             raise ConfigError(f"startup_timeout_s must be >= 0, got {self.startup_timeout_s}")
         if not self.max_delay_s > 0:

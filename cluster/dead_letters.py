@@ -4,7 +4,10 @@ purge_dead) or `delayq dead list|show|replay|purge`.
 
 The dead-letter set of a slot lives in Redis (lua/dead_replay.lua, lua/dead_purge.lua);
 MySQL keeps a dead job's row (status dead) after Redis forgot it, so a job named by id
-can be replayed from MySQL too.
+can be replayed from MySQL too. A dead job whose envelope is lean (it was due beyond
+payload_lead_ms when added, and never filled) is shown with the record built from its
+MySQL row, as the dispatcher builds it; a replay keeps it lean, and the dispatcher
+loads its payload when it claims it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 from cluster.config import Settings
 from cluster.contract import JobStatus, ReplayCode
-from cluster.envelope import record_of
+from cluster.envelope import is_lean, record_of, with_tail
 from cluster.jobs import InvalidJob, check_allowed_topic, check_job_id, check_topic
 from cluster.keys import slot_of
 from cluster.mysql_store import MySQLStore
@@ -53,15 +56,34 @@ class DeadLetters:
             start = 0
             while page := await self.scripts.dead_page(slot, start, DEAD_PAGE):
                 start += len(page)
-                jobs = [
-                    DeadJob(
-                        job_id.decode(), slot, str(record["topic"]), died_ms, None, None, record
-                    )
+                found = [
+                    (job_id.decode(), died_ms, envelope)
                     for job_id, died_ms, envelope in page
                     if envelope is not None
-                    for record in (record_of(envelope),)
+                ]
+                records = await self._records([(job_id, env) for job_id, _, env in found])
+                jobs = [
+                    DeadJob(job_id, slot, _topic(record), died_ms, None, None, record)
+                    for (job_id, died_ms, _), record in zip(found, records, strict=True)
                 ]
                 yield slot, [job for job in jobs if topic is None or job.topic == topic]
+
+    async def _records(self, envelopes: list[tuple[str, bytes]]) -> list[dict[str, Any]]:
+        """The record of each (job id, envelope); a lean envelope's from the job's MySQL
+        row (one read for all), or only its id and due time if the row is gone."""
+        lean = [job_id for job_id, envelope in envelopes if is_lean(envelope)]
+        rows = await self.mysql.get_many(lean) if lean else {}
+        records: list[dict[str, Any]] = []
+        for job_id, envelope in envelopes:
+            if is_lean(envelope):
+                row = rows.get(job_id)
+                if row is None:
+                    due_ms = int(envelope.split(b"|")[2])
+                    records.append({"job_id": job_id, "topic": None, "due_ms": due_ms})
+                    continue
+                envelope = with_tail(envelope, row.tail)
+            records.append(record_of(envelope))
+        return records
 
     async def dead_letters(self, *, topic: str | None = None, limit: int = 100) -> list[DeadJob]:
         """Dead jobs, oldest death first (per slot), with attempts and last error."""
@@ -94,12 +116,12 @@ class DeadLetters:
         if found is None:
             return None
         died_ms, envelope = found
-        record = record_of(envelope)
+        [record] = await self._records([(job_id, envelope)])
         row = await self.mysql.get(job_id)
         return DeadJob(
             job_id,
             slot,
-            str(record["topic"]),
+            _topic(record),
             died_ms,
             row.attempts if row else None,
             row.last_error if row else None,
@@ -195,3 +217,9 @@ class DeadLetters:
 
     async def _purge(self, slot: int, job_ids: list[str]) -> int:
         return await self.scripts.dead_purge(slot, job_ids)
+
+
+def _topic(record: dict[str, Any]) -> str:
+    """A dead job's topic ("" when unknown: a lean job whose MySQL row is gone)."""
+    topic = record.get("topic")
+    return "" if topic is None else str(topic)

@@ -7,6 +7,10 @@ by splicing bytes, so firing a job never parses or re-serialises its payload. Th
 hash is Kafka's murmur2 of the key, computed once when the job is scheduled rather than
 by the node at every fire: the node picks the partition from it the way Kafka's default
 partitioner does, so a key lands where any Kafka producer would put it.
+
+A lean envelope is the header alone, b"<seq>|<max_attempts>|<due_ms>|" (lua/add.lua
+stores a job due beyond payload_lead_ms so); its tail is made from the job's MySQL row
+by make_tail, exactly as the producer made it, so the record fired is the same bytes.
 """
 
 from __future__ import annotations
@@ -62,6 +66,16 @@ def make_tail(
         }
     )
     return b"%s|%d|%d|%s%s" % (topic.encode(), murmur2(key), len(key), key, record)
+
+
+def is_lean(envelope: bytes) -> bool:
+    """Whether an envelope lacks its tail: a full one ends with its record json's "}"."""
+    return envelope.endswith(b"|")
+
+
+def with_tail(envelope: bytes, tail: bytes) -> bytes:
+    """A lean envelope made full with the tail of its job (make_tail)."""
+    return envelope + tail
 
 
 @dataclass(frozen=True, slots=True)

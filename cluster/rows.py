@@ -10,6 +10,7 @@ from typing import Any
 
 from cluster import sql
 from cluster.contract import JobStatus
+from cluster.envelope import make_tail
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,13 @@ class JobRecord:
     @property
     def due(self) -> dt.datetime:
         return dt.datetime.fromtimestamp(self.due_ms / 1000, sql.UTC)
+
+    @property
+    def tail(self) -> bytes:
+        """The envelope tail of this job (cluster/envelope.py), the producer's bytes."""
+        return make_tail(
+            self.job_id, self.topic, self.biz_id, self.biz_type, self.payload_json.encode()
+        )
 
 
 @dataclass(slots=True)  # not frozen: built per job, and frozen init is slower

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cluster.contract import ChangeCode
-from cluster.envelope import make_tail
 
 if TYPE_CHECKING:
     from cluster.rows import JobRecord
@@ -26,14 +25,7 @@ class NewJob:
     @classmethod
     def from_record(cls, record: JobRecord) -> NewJob:
         """What the add script needs, rebuilt from a job's MySQL row."""
-        tail = make_tail(
-            record.job_id,
-            record.topic,
-            record.biz_id,
-            record.biz_type,
-            record.payload_json.encode(),
-        )
-        return cls(record.job_id, record.due_ms, record.max_attempts, tail)
+        return cls(record.job_id, record.due_ms, record.max_attempts, record.tail)
 
 
 @dataclass(slots=True)  # not frozen: built per job, and frozen init is slower

@@ -58,6 +58,8 @@ SCRIPT_NAMES = (
     "dead_replay",
     "dead_purge",
     "untomb",
+    "fill",
+    "release",
 )
 
 

@@ -81,9 +81,12 @@ class Scripts(ScriptRunner):
         *,
         wait_replicas: int = 0,
         wait_timeout_ms: int = 500,
+        payload_lead_ms: int = 0,
     ) -> None:
         super().__init__(redis, wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms)
         self.keys = keys
+        # Every add stores a job due further ahead than this lean (lua/add.lua); 0: never.
+        self.payload_lead_ms = payload_lead_ms
 
     async def add(self, slot: int, jobs: list[NewJob]) -> tuple[bool, list[AddCode]]:
         """Add jobs of one slot; returns (woke the owner, an AddCode per job)."""
@@ -103,7 +106,7 @@ class Scripts(ScriptRunner):
         for slot, jobs in jobs_by_slot.items():
             k = self.keys.slot(slot)
             for start in range(0, len(jobs), ADD_CHUNK):
-                args: list[Any] = [self.keys.wake_channel, slot]
+                args: list[Any] = [self.keys.wake_channel, slot, self.payload_lead_ms]
                 for job in jobs[start : start + ADD_CHUNK]:
                     args += (job.job_id, job.due_ms, job.max_attempts, job.tail)
                 calls.append((slot, [k.delay, k.jobs, k.seq, k.tomb, k.acked], args))
@@ -253,6 +256,31 @@ class Scripts(ScriptRunner):
         SlotFailed where the run failed."""
         calls = self._reap_calls(slot_epochs, limit, backoff_ms, backoff_max_ms)
         return per_slot(await self._call_many("reap", calls), retry_result)
+
+    async def fill_many(
+        self, fills: list[tuple[int, int, list[tuple[bytes, bytes, bytes]]]]
+    ) -> list[int | SlotFailed | None]:
+        """Give lean envelopes their tails: per (slot, epoch, [(job id, seq, tail)]), one
+        fill run, all in one round trip. Returns per run the number filled; None where
+        fenced, SlotFailed where the run failed."""
+        calls: list[Call] = []
+        for slot, epoch, jobs in fills:
+            k = self.keys.slot(slot)
+            args: list[Any] = [epoch]
+            for job_id, seq, tail in jobs:
+                args += (job_id, seq, tail)
+            calls.append((slot, [k.owner, k.jobs], args))
+        return per_slot(await self._call_many("fill", calls), int)
+
+    async def release(
+        self, slot: int, epoch: int, job_ids: list[bytes], pause_ms: int
+    ) -> tuple[int, int]:
+        """Put claimed jobs back, due after pause_ms, their attempt not counted
+        (lua/release.lua); returns (how many, their due ms or NO_TIME)."""
+        k = self.keys.slot(slot)
+        keys = [k.owner, k.inflight, k.delay, k.jobs, k.attempts, k.seq]
+        replies = await self._call_many("release", [(slot, keys, [epoch, pause_ms, *job_ids])])
+        return only_reply(replies, lambda reply: (int(reply[0]), int(reply[1])))
 
     async def read_journal(self, slot: int, count: int) -> list[bytes]:
         """The oldest count journal entries of a slot (left in place until trimmed)."""

@@ -15,13 +15,14 @@ from cluster.keys import slot_of
 from cluster.redis_conn import RedisClient
 from tests.conftest import Collector
 
-# Loads every 0.5 s the jobs due within 1 s; a job due >= 2 s ahead skips Redis.
+# Loads every 0.5 s the jobs due within 1 s; a job due >= 2 s ahead skips Redis. The
+# payload lead can be at most half the horizon.
 HORIZON_MS = 2000
 
 
 @pytest.fixture
 def tiered(settings: Settings) -> Settings:
-    return settings.replace(redis_horizon_ms=HORIZON_MS)
+    return settings.replace(redis_horizon_ms=HORIZON_MS, payload_lead_ms=HORIZON_MS // 2)
 
 
 async def in_redis(settings: Settings, redis: RedisClient, job_id: str) -> bool:

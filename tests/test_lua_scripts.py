@@ -435,6 +435,9 @@ async def test_scripts_acting_as_owner_refuse_an_old_epoch(
         await scripts.reap(SLOT, 1, 100, 1000, 60_000)
     with pytest.raises(Fenced):
         await scripts.trim_journal(SLOT, 1, 1, [], 60_000)
+    with pytest.raises(Fenced):
+        await scripts.release(SLOT, 1, [b"a"], 1000)
+    assert await scripts.fill_many([(SLOT, 1, [(b"b", b"0" * SEQ_DIGITS, b"x")])]) == [None]
     # Nothing changed: "b" still ready, "a" still in flight.
     assert await ready_ids(redis, k) == [b"b"]
     assert await redis.zrange(s.inflight, 0, -1) == [b"a"]

@@ -5,7 +5,10 @@
 -- seq is SEQ_DIGITS hex digits (seq_hex) and also prefixes the job's member in the
 -- delay zset (member_of), so the member can be rebuilt from the envelope. The tail is
 -- opaque to the scripts; it is
--- "<topic>|<key murmur2>|<kafka key byte length>|<kafka key><record json>" (cluster/envelope.py).
+-- "<topic>|<key murmur2>|<kafka key byte length>|<kafka key><record json>" (cluster/envelope.py),
+-- or empty in a lean envelope: a job due beyond the payload lead (add.lua) until the
+-- owner's filler loads its tail from MySQL (fill.lua). Every script that rewrites an
+-- envelope keeps its tail as it is, lean or not.
 --
 -- Journal entry (the slot's done list, drained into MySQL by the recorder):
 --   "<status>|<attempt>|<ms>|<job id byte length>|<job id><note>"
@@ -27,6 +30,12 @@ end
 local function parse_envelope(v)
   local _, header_end, seq, max_attempts, due = string.find(v, '^(%x+)|(%d+)|(%-?%d+)|')
   return seq, max_attempts, due, header_end + 1
+end
+
+-- Whether an envelope is lean: its header alone, its tail not loaded yet.
+local function envelope_lean(v)
+  local _, _, _, body_at = parse_envelope(v)
+  return body_at > string.len(v)
 end
 
 -- The seq an envelope carries: a delay member with another one is stale.

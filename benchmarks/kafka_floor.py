@@ -5,7 +5,9 @@
 
 The steady load of benchmarks/harness.py without a queue: one record per "job", due
 evenly at --rate per second from --lead seconds after the start, each sent by an
-aiokafka producer when its due time arrives and read by a consumer in the same process.
+aiokafka producer when its due time arrives, and read by a consumer in another process
+(the producer runs as `kafka_floor.py produce`, started by `fire`), as delayq's records
+are published by a node and read by the benchmark's consumer.
 Lateness = receive time − due time, as for every system of the harness, so whatever
 delayq's lateness has above this floor is delayq's own (or its share of the machine).
 
@@ -122,36 +124,66 @@ async def send_when_due(
     return len(value)
 
 
-async def run_fire(args: argparse.Namespace) -> dict[str, Any]:
+async def run_produce(args: argparse.Namespace) -> dict[str, Any]:
+    """The producer's side, in a process of its own (as delayq's node is)."""
     settings = Settings.from_env().replace(node_id="kafka-floor", kafka_linger_ms=0)
-    topic = f"bench.floor{uuid.uuid4().hex[:6]}"
-    received = Received()
+    dues = due_times("steady", args.jobs, args.first_due_ms, args.jobs / args.rate)
     sent_late: list[float] = []
     acked_late: list[float] = []
+    producer = make_producer(settings)
+    try:
+        await start_client(producer, settings)
+        record_bytes = await send_when_due(
+            producer, args.topic, dues, args.payload_bytes, sent_late, acked_late
+        )
+    finally:
+        await producer.stop()
+    return {
+        "record_bytes": record_bytes,
+        "producer": {"acks": "all", "linger_ms": 0, "idempotence": settings.kafka_idempotence},
+        "sent_lateness_ms": quantiles(sent_late),
+        "broker_ack_lateness_ms": quantiles(acked_late),
+    }
+
+
+async def run_fire(args: argparse.Namespace) -> dict[str, Any]:
+    """The consumer's side: it starts the producer process and reads every record. Two
+    processes, as for delayq (a node, and the benchmark's consumer), so that neither
+    side's work delays the other's on one event loop."""
+    settings = Settings.from_env()
+    topic = f"bench.floor{uuid.uuid4().hex[:6]}"
+    received = Received()
     async with kafka_topic(settings, topic):
         reopen = functools.partial(start_consumer, settings, topic)
         consumer = await reopen()
-        producer = make_producer(settings)
         try:
-            await start_client(producer, settings)
             first_due_ms = round((time.time() + args.lead) * 1000)
             dues = due_times("steady", args.jobs, first_due_ms, args.jobs / args.rate)
-            consuming = asyncio.create_task(
-                consume(
-                    consumer,
-                    reopen,
-                    received,
-                    args.jobs,
-                    dues[-1] / 1000,
-                    dues[-1] / 1000 + args.give_up,
-                )
+            # about the lead: the producer process must be up before the first due time
+            producing = await asyncio.create_subprocess_exec(
+                sys.executable,
+                __file__,
+                "produce",
+                f"--jobs={args.jobs}",
+                f"--rate={args.rate}",
+                f"--payload-bytes={args.payload_bytes}",
+                f"--topic={topic}",
+                f"--first-due-ms={first_due_ms}",
+                stdout=asyncio.subprocess.PIPE,
             )
-            record_bytes = await send_when_due(
-                producer, topic, dues, args.payload_bytes, sent_late, acked_late
+            await consume(
+                consumer,
+                reopen,
+                received,
+                args.jobs,
+                dues[-1] / 1000,
+                dues[-1] / 1000 + args.give_up,
             )
-            await consuming
+            out, _ = await producing.communicate()
+            if producing.returncode != 0:
+                raise SystemExit(f"the producer process failed (exit {producing.returncode})")
+            produced: dict[str, Any] = orjson.loads(out.splitlines()[-1])
         finally:
-            await producer.stop()
             await consumer.stop()
     write_pairs(args.raw, received)
     return {
@@ -163,17 +195,19 @@ async def run_fire(args: argparse.Namespace) -> dict[str, Any]:
         "duplicates": received.duplicates,
         "reread_found": len(received.reread_due_ms),
         "first_due_ms": first_due_ms,
-        "record_bytes": record_bytes,
-        "producer": {"acks": "all", "linger_ms": 0, "idempotence": settings.kafka_idempotence},
         "consumer": {"fetch_max_wait_ms": 5},
-        "sent_lateness_ms": quantiles(sent_late),
-        "broker_ack_lateness_ms": quantiles(acked_late),
+        **produced,
     }
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=["fire"], help="the harness's steady load")
+    parser.add_argument(
+        "mode",
+        choices=["fire", "produce"],
+        help="fire: the harness's steady load (starts a produce process and consumes); "
+        "produce: the producer's side alone",
+    )
     parser.add_argument("--jobs", type=int, required=True, help="records to send")
     parser.add_argument("--rate", type=int, required=True, help="records due per second")
     parser.add_argument("--lead", type=float, default=5.0, help="seconds to the first due")
@@ -183,17 +217,25 @@ def parse_args() -> argparse.Namespace:
         default=120.0,
         help="seconds after the last due time to stop waiting for missing records",
     )
-    parser.add_argument(
-        "--raw", type=Path, required=True, help="where to write (receive_ms, due_ms) pairs"
-    )
+    parser.add_argument("--raw", type=Path, help="fire: where to write (receive_ms, due_ms) pairs")
     parser.add_argument(
         "--payload-bytes", type=int, default=100, help="size of the string in each payload"
     )
-    return parser.parse_args()
+    parser.add_argument("--topic", help="produce: the topic (fire makes one)")
+    parser.add_argument("--first-due-ms", type=int, help="produce: the first record's due time")
+    args = parser.parse_args()
+    if args.mode == "fire" and args.raw is None:
+        parser.error("fire needs --raw")
+    if args.mode == "produce" and (args.topic is None or args.first_due_ms is None):
+        parser.error("produce needs --topic and --first-due-ms")
+    return args
 
 
 def main() -> None:
     args = parse_args()
+    if args.mode == "produce":
+        print(orjson.dumps(uvloop.run(run_produce(args))).decode())
+        return
     result = uvloop.run(run_fire(args))
     print(orjson.dumps(result).decode())
     if result["unique"] < args.jobs:

@@ -1,11 +1,19 @@
-"""Publishes a round of fired jobs to Kafka as one record batch per topic partition.
+"""Publishes fired jobs to Kafka as one record batch per topic partition and request.
 
-aiokafka's per-record send() creates a future and takes a lock per record; for a round
-of hundreds of jobs it is cheaper to fill one BatchBuilder per (topic, partition) and
-submit each batch once. Records are partitioned by key with Kafka's default murmur2
-partitioner, so a key lands on the same partition as with any other Kafka producer.
-Every job gets the future of the batch it went into. Each record carries the header
-"delayq-node" naming the node that published it.
+aiokafka's per-record send() creates a future and takes a lock per record; it is cheaper
+to fill one BatchBuilder per (topic, partition) and submit each batch once. Records are
+partitioned by key with Kafka's default murmur2 partitioner, so a key lands on the same
+partition as with any other Kafka producer. Every job gets the future of the batch it
+went into. Each record carries the header "delayq-node" naming the node that published
+it.
+
+publish() never waits for the broker: it queues each record for its partition and
+returns. One flusher task per partition builds a batch of everything queued and
+submits it; the producer takes a partition's next batch only once its previous one has
+gone out in a request (one produce request at a time per broker), so the records that
+arrive meanwhile, from any number of dispatch rounds, wait in the queue and go out
+together in the next request, rather than one small batch per round queued behind the
+others (and the dispatcher claiming nothing while it waited).
 
 publish() never waits for the broker's metadata of a topic it has not seen yet (that
 wait can last the whole request timeout when the topic does not exist): records of such
@@ -61,6 +69,9 @@ class Publisher:
         self.max_record_bytes = max_record_bytes
         self.headers = [("delayq-node", node_id.encode())]
         self._lookups: set[asyncio.Task[None]] = set()  # sends waiting for metadata
+        # Records waiting for their partition's next batch, and the flusher serving each.
+        self._queued: dict[tuple[str, int], list[tuple[list[Fire], _Group]]] = {}
+        self._flushers: dict[tuple[str, int], asyncio.Task[None]] = {}
 
     async def publish(self, fires: Sequence[Fire]) -> list[asyncio.Future[object]]:
         """Hand every record to the producer; returns one future per record (records
@@ -99,8 +110,17 @@ class Publisher:
                 )
                 continue
             targets[partition_of(fire.key_hash, partitions)].append(index)
+        loop = asyncio.get_running_loop()
         for partition, members in targets.items():
-            await self._send_batches(topic, partition, fires, members, futures)
+            group = _Group(loop.create_future())
+            for index in members:
+                futures[index] = group.future
+            queue = self._queued.setdefault((topic, partition), [])
+            queue.append(([fires[index] for index in members], group))
+            if (topic, partition) not in self._flushers:
+                self._flushers[topic, partition] = loop.create_task(
+                    self._flush(topic, partition), name=f"publish-{topic}-{partition}"
+                )
 
     def _send_when_known(
         self,
@@ -137,62 +157,104 @@ class Publisher:
         task.add_done_callback(self._lookups.discard)
 
     async def close(self) -> None:
-        """Cancel the sends still waiting for a topic's metadata and wait until they
-        have ended. Their records' futures fail, so their jobs are retried; called once
-        the rounds that awaited them are over."""
-        lookups = list(self._lookups)
-        for task in lookups:
+        """Cancel the sends still waiting for a topic's metadata and the flushers, and
+        wait until they have ended. Their records' futures are cancelled, so their jobs
+        are retried; called once the rounds that awaited them are over."""
+        tasks = [*self._lookups, *self._flushers.values()]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*lookups, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for queue in self._queued.values():
+            for _, group in queue:
+                group.future.cancel()
+        self._queued.clear()
 
-    async def _send_batches(
-        self,
-        topic: str,
-        partition: int,
-        fires: Sequence[Fire],
-        indexes: list[int],
-        futures: list[asyncio.Future[object] | None],
-    ) -> None:
-        batch = self.producer.create_batch()
-        members: list[int] = []
-        for index in indexes:
-            fire = fires[index]
-            if not self._append(batch, fire):
-                if members:  # the batch is full: send it and start another
-                    await self._submit(batch, topic, partition, members, futures)
-                    batch, members = self.producer.create_batch(), []
-                if not self._append(batch, fire):
-                    futures[index] = _failed(
-                        MessageSizeTooLargeError(
-                            f"record of {len(fire.value)} bytes does not fit a batch"
-                        )
-                    )
-                    continue
-            members.append(index)
-        if members:
-            await self._submit(batch, topic, partition, members, futures)
+    async def _flush(self, topic: str, partition: int) -> None:
+        """Send what is queued for one partition, a batch at a time, until nothing is."""
+        key = (topic, partition)
+        queued: list[tuple[list[Fire], _Group]] = []
+        try:
+            while queued := self._queued.pop(key, []):
+                batch = self.producer.create_batch()
+                groups: list[_Group] = []  # those with records in this batch
+                for fires, group in queued:
+                    for fire in fires:
+                        if not self._append(batch, fire):
+                            if groups:  # the batch is full: send it and start another
+                                await self._submit(batch, topic, partition, groups)
+                                batch, groups = self.producer.create_batch(), []
+                            if not self._append(batch, fire):  # not even alone
+                                group.error = MessageSizeTooLargeError(
+                                    f"record of {len(fire.value)} bytes does not fit a batch"
+                                )
+                                continue
+                        if not groups or groups[-1] is not group:
+                            group.batches += 1
+                            groups.append(group)
+                if groups:
+                    await self._submit(batch, topic, partition, groups)
+                for _, group in queued:
+                    group.seal()
+        except asyncio.CancelledError:  # close(): nobody waits for these any more
+            for _, group in queued:
+                group.future.cancel()
+            raise
+        finally:
+            del self._flushers[key]
 
     def _append(self, batch: Any, fire: Fire) -> bool:
         """Add a record to the batch; False when it does not fit."""
         added = batch.append(key=fire.key, value=fire.value, timestamp=None, headers=self.headers)
         return added is not None
 
-    async def _submit(
-        self,
-        batch: Any,
-        topic: str,
-        partition: int,
-        members: list[int],
-        futures: list[asyncio.Future[object] | None],
-    ) -> None:
+    async def _submit(self, batch: Any, topic: str, partition: int, groups: list[_Group]) -> None:
+        """Hand a batch to the producer (waiting until the partition's previous batch
+        has gone out) and tell each group with records in it how the batch ends."""
         # A closed batch is sent at once; an open one would wait out linger_ms first,
         # for records that only producer.send() could add.
         batch.close()
         try:
-            future: asyncio.Future[object] = await self.producer.send_batch(
+            sent: asyncio.Future[object] = await self.producer.send_batch(
                 batch, topic, partition=partition
             )
         except Exception as exc:
-            future = _failed(exc)
-        for index in members:
-            futures[index] = future
+            sent = _failed(exc)
+        for group in groups:
+            sent.add_done_callback(group.batch_done)
+
+
+class _Group:
+    """The records one publish() call queued for one partition: one future for them all,
+    settled once every batch holding some of them has ended (failed if any failed)."""
+
+    __slots__ = ("batches", "error", "future", "result", "sealed")
+
+    def __init__(self, future: asyncio.Future[object]) -> None:
+        self.future = future
+        self.batches = 0  # batches holding some of its records that have not ended
+        self.sealed = False  # every record is in a batch (or failed)
+        self.error: BaseException | None = None
+        self.result: object = None  # the last batch's (its RecordMetadata)
+
+    def batch_done(self, sent: asyncio.Future[object]) -> None:
+        self.batches -= 1
+        if self.error is None:
+            if sent.cancelled():
+                self.error = RuntimeError("the producer dropped the batch")
+            elif (error := sent.exception()) is not None:
+                self.error = error
+            else:
+                self.result = sent.result()
+        self._settle()
+
+    def seal(self) -> None:
+        self.sealed = True
+        self._settle()
+
+    def _settle(self) -> None:
+        if not self.sealed or self.batches or self.future.done():
+            return
+        if self.error is not None:
+            self.future.set_exception(self.error)
+        else:
+            self.future.set_result(self.result)

@@ -76,7 +76,7 @@ async def test_records_of_a_topic_without_metadata_do_not_hold_up_the_others() -
     producer = StandInProducer({"known": {0, 1}})
     publisher = Publisher(producer, "node", 1_000_000)  # type: ignore[arg-type]
     futures = await publisher.publish([fire("known", 1), fire("new", 2), fire("known", 3)])
-    assert futures[0].done() and futures[2].done()
+    assert (await futures[0])[0] == (await futures[2])[0] == "known"
     assert not futures[1].done()  # waiting for the topic's metadata, in the background
     assert {topic for topic, _, _ in producer.sent} == {"known"}
     producer.metadata.set_result({0})
@@ -102,3 +102,50 @@ async def test_a_record_over_the_size_limit_fails_alone() -> None:
     with pytest.raises(Exception, match="over the 20-byte limit"):
         await futures[0]
     assert await futures[1] == ("t", 0)
+
+
+class SlowProducer(StandInProducer):
+    """Takes a partition's next batch only once the test lets its previous one go, as a
+    producer with one request in flight per broker does."""
+
+    def __init__(self, known: dict[str, set[int]]) -> None:
+        super().__init__(known)
+        self.gate = asyncio.Event()
+
+    async def send_batch(self, batch: Batch, topic: str, *, partition: int) -> Any:
+        if self.sent:
+            await self.gate.wait()
+        return await super().send_batch(batch, topic, partition=partition)
+
+
+async def test_records_queued_while_a_batch_waits_go_out_together() -> None:
+    """Records of several publish() calls that arrive while their partition's previous
+    batch has not gone out yet share the next batch, and each call's future is settled
+    by the batch its records went into."""
+    producer = SlowProducer({"t": {0}})
+    publisher = Publisher(producer, "node", 1_000_000)  # type: ignore[arg-type]
+    first = await publisher.publish([fire("t", 1)])
+    assert await first[0] == ("t", 0)
+    waiting = await publisher.publish([fire("t", 2)])  # its batch waits at the gate
+    await asyncio.sleep(0.01)
+    later = [await publisher.publish([fire("t", n)]) for n in (3, 4, 5)]
+    assert not waiting[0].done() and not any(f[0].done() for f in later)
+    producer.gate.set()
+    assert await waiting[0] == ("t", 0)
+    assert [await f[0] for f in later] == [("t", 0)] * 3
+    assert [values for _, _, values in producer.sent] == [
+        [b'{"n":1}'],
+        [b'{"n":2}'],
+        [b'{"n":3}', b'{"n":4}', b'{"n":5}'],
+    ]
+
+
+async def test_close_cancels_what_is_still_queued() -> None:
+    producer = SlowProducer({"t": {0}})
+    publisher = Publisher(producer, "node", 1_000_000)  # type: ignore[arg-type]
+    await (await publisher.publish([fire("t", 1)]))[0]
+    blocked = await publisher.publish([fire("t", 2)])
+    await asyncio.sleep(0.01)
+    queued = await publisher.publish([fire("t", 3)])
+    await publisher.close()
+    assert blocked[0].cancelled() and queued[0].cancelled()

@@ -90,7 +90,9 @@ Reopen = Callable[[], Awaitable[AIOKafkaConsumer]]
 class Received:
     """What the consumer saw: one entry per job, plus the distinct job ids. Records
     only a re-read found have no live receive time and are kept apart; a record the
-    live consumer delivers after a re-read found it is counted once (duplicates).
+    live consumer delivers after a re-read found it is counted once, as read again
+    (reread_then_live), not as a duplicate: duplicates are records the live consumer
+    delivered twice.
     publish_ms is the record's Kafka timestamp: set by the node's producer when it
     appended the record, i.e. when delayq fired the job, whenever the consumer got it."""
 
@@ -102,13 +104,20 @@ class Received:
     reread_fired_ms: array[float] = field(default_factory=lambda: array("d"))
     reread_publish_ms: array[float] = field(default_factory=lambda: array("d"))
     ids: set[bytes] = field(default_factory=set)
+    live_ids: set[bytes] = field(default_factory=set)
     duplicates: int = 0
+    reread_then_live: int = 0
 
     def add(self, messages: Iterable[ConsumerRecord[bytes, bytes]], now_ms: float) -> None:
         for message in messages:
             if message.key in self.ids:
-                self.duplicates += 1
+                if message.key in self.live_ids:
+                    self.duplicates += 1
+                else:  # a re-read found it first; the live consumer got there later
+                    self.live_ids.add(message.key)
+                    self.reread_then_live += 1
                 continue
+            self.live_ids.add(message.key)
             due, fired = due_and_fired(message.value)
             self.receive_ms.append(now_ms)
             self.due_ms.append(due)
@@ -474,6 +483,7 @@ def fire_result(
         "received": len(got.receive_ms) + len(got.reread_due_ms),
         "unique": len(got.ids),
         "duplicates": got.duplicates,
+        "reread_then_live": got.reread_then_live,
         "reread_found": len(got.reread_due_ms),
         "missing": max(0, args.jobs - len(got.ids)),
         # Fired (Redis clock) or received before the due time, whichever counts more.

@@ -504,7 +504,9 @@ HOW = """\
   the first one is due (a † on an add rate marks a run where adding ran past it).
 - received / missing / early: jobs received, not received before the give-up time, and
   received (or, for delayq, fired) before their due time; "delivered twice" counts the
-  extra deliveries (delayq publishes at least once). The local broker can make a
+  records the live consumer received twice (delayq publishes at least once; a record
+  that a re-read found first and the live consumer later is not one). The local broker
+  can make a
   record visible out of order, past a live consumer: delayq's benchmark re-reads the
   topic for missing jobs; those it finds count as received ("found on a re-read") but,
   having no live receive time, stay out of the lateness and fire-rate numbers."""

@@ -92,7 +92,7 @@ class Settings:
     # the dispatcher loads what is still missing when it claims the job. At most
     # redis_horizon_ms / 2 (the reconciler loads jobs that far ahead), at least
     # MIN_PAYLOAD_LEAD_MS; 0: always store full envelopes.
-    payload_lead_ms: int = 30000
+    payload_lead_ms: int = 120000
 
     # Replication (docs/cluster.md): writes that back a promise (cancel() and
     # reschedule() returning True, the ack of a fired job, a slot's owner epoch) return

@@ -83,12 +83,12 @@ class Publisher:
         for topic, indexes in by_topic.items():
             partitions = self.producer.client.cluster.partitions_for_topic(topic)
             if partitions:
-                await self._send_topic(topic, sorted(partitions), fires, indexes, futures)
+                self._queue_topic(topic, sorted(partitions), fires, indexes, futures)
             else:
                 self._send_when_known(topic, fires, indexes, futures)
         return [_sent(future) for future in futures]
 
-    async def _send_topic(
+    def _queue_topic(
         self,
         topic: str,
         partitions: list[int],
@@ -96,7 +96,8 @@ class Publisher:
         indexes: list[int],
         futures: list[asyncio.Future[object] | None],
     ) -> None:
-        """Send records of one topic whose partitions are known, a batch per partition."""
+        """Queue records of one topic whose partitions are known for their partitions'
+        flushers (starting those not running); a record over the size limit fails here."""
         targets: dict[int, list[int]] = defaultdict(list)
         for index in indexes:
             fire = fires[index]
@@ -140,7 +141,7 @@ class Publisher:
             inner: list[asyncio.Future[object] | None] = [None] * len(fires)
             try:
                 partitions = sorted(await self.producer.partitions_for(topic))
-                await self._send_topic(topic, partitions, fires, indexes, inner)
+                self._queue_topic(topic, partitions, fires, indexes, inner)
             except asyncio.CancelledError:  # close(): nobody waits for these any more
                 for proxy in proxies:
                     proxy.cancel()

@@ -10,7 +10,10 @@ and a Redis add), --batch per call, one call after another, on a fresh key prefi
 database of its own (dropped afterwards, with the keys). Caller-given ids are
 `order-<pid>-<n>-close`, as users pass their own idempotent job_id. Prints one line: the
 jobs per second spent in schedule_many. Needs the local stack (`eval "$(delayq services
-env)"`). The harness's ids scenario measures the same against BullMQ (benchmarks/harness.py).
+env)"`). The harness's ids scenario measures the same against BullMQ, through
+fire_bench.py's backlog mode; this script exists beside it because it needs nothing but
+the client API and devstack.databases, so it also runs against an older build (through
+PYTHONPATH) for before/after figures, where fire_bench.py's newer imports would not.
 """
 
 from __future__ import annotations

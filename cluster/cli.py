@@ -540,19 +540,14 @@ def _confirmed(question: str) -> bool:
 
 async def _get(settings: Settings, job_id: str) -> int:
     from cluster.client import DelayClient
+    from cluster.job_json import record_json
 
     async with DelayClient(settings) as client:
         record = await client.get(job_id)
     if record is None:
         print(f"no job {job_id!r}", file=sys.stderr)
         return 1
-    data = {
-        **record.__dict__,
-        "status": record.status.name.lower(),
-        "payload": orjson.loads(record.payload_json),
-    }
-    del data["payload_json"]
-    print(shown_json(data))
+    print(shown_json(record_json(record)))
     return 0
 
 

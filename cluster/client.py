@@ -19,6 +19,7 @@ import os
 import socket
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -52,6 +53,7 @@ __all__ = [
     "JobStatus",
     "OutcomeUnknown",
     "RedisStepFailed",
+    "Scheduled",
     "StoreUnavailable",
 ]
 
@@ -100,6 +102,16 @@ FAILED_SLOT_RETRY_PAUSES_S = (0.1, 0.3, 0.6, 1.0, 2.0)
 # Should Redis's clock be that far ahead, the job is stored lean all the same (a lean
 # envelope is the header with an empty tail) and fires with its tail read from MySQL.
 LEAN_MARGIN_MS = 1000
+# What a MySQL connection that cannot be made or broke raises.
+_UNREACHABLE = (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError)
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """One job of schedule_batch(): its id, and whether that call created it."""
+
+    job_id: str
+    created: bool
 
 
 class DelayClient:
@@ -197,6 +209,47 @@ class DelayClient:
         Each job is a Job or a mapping with schedule()'s argument names. If any job is
         invalid, InvalidJob names it and nothing is scheduled.
         """
+        valid, keyed = self._validated(jobs)
+        unique = _first_of_each_id(valid)
+        if unique:
+            await self._store(unique, keyed)
+        return [job.job_id for job in valid]
+
+    async def schedule_batch(self, jobs: Sequence[Job | Mapping[str, Any]]) -> list[Scheduled]:
+        """schedule_many(), saying of each job whether this call created it or it was
+        already there (the same job_id scheduled before: that job stands unchanged).
+
+        Costs one more MySQL read than schedule_many() when the jobs carry their own ids.
+        `created` is False for a job a concurrent call with the same id stored at the
+        same moment: of two such calls, at most one says True.
+        """
+        valid, keyed = self._validated(jobs)
+        unique = _first_of_each_id(valid)
+        created: set[str] = set()
+        if unique:
+            try:
+                existing = set(await self.mysql.get_many(sorted(keyed))) if keyed else set()
+            except _UNREACHABLE as exc:
+                raise StoreUnavailable(
+                    f"MySQL is unreachable, nothing was scheduled: {exc}"
+                ) from exc
+            new = [job.job_id for job in unique if job.job_id not in existing]
+            inserted = await self._store(unique, keyed)
+            if inserted is None or inserted == len(new):
+                # Every absent id was inserted by this call (or, after a commit of
+                # unknown outcome, found there: that commit went through).
+                created.update(new)
+        results = []
+        for job in valid:
+            results.append(Scheduled(job.job_id, job.job_id in created))
+            created.discard(job.job_id)  # a repeat of an id in the batch is not new
+        return results
+
+    def _validated(
+        self, jobs: Sequence[Job | Mapping[str, Any]]
+    ) -> tuple[list[ValidJob], set[str]]:
+        """The jobs validated, and the ids their callers gave (InvalidJob names the
+        first bad job)."""
         if isinstance(jobs, str | bytes | Mapping) or not isinstance(jobs, Sequence):
             raise InvalidJob("schedule_many() takes a list of jobs")
         if len(jobs) > MAX_BATCH:
@@ -213,20 +266,14 @@ class DelayClient:
             given_id = job.job_id if isinstance(job, Job) else job.get("job_id")
             if given_id is not None:
                 keyed.add(checked.job_id)
-        seen: set[str] = set()
-        unique: list[ValidJob] = []  # the same job_id twice in one batch is one job
-        for checked in valid:
-            if checked.job_id not in seen:
-                seen.add(checked.job_id)
-                unique.append(checked)
-        if unique:
-            await self._store(unique, keyed)
-        return [job.job_id for job in valid]
+        return valid, keyed
 
-    async def _store(self, jobs: list[ValidJob], keyed: set[str]) -> None:
-        """MySQL first (committed), then the add script for every slot in one pipeline."""
+    async def _store(self, jobs: list[ValidJob], keyed: set[str]) -> int | None:
+        """MySQL first (committed), then the add script for every slot in one pipeline.
+        Returns how many rows were inserted (None: the commit's outcome was unclear, and
+        every row was found there afterwards)."""
         slots = [slot_of(job.job_id, self.settings.slots) for job in jobs]
-        unreachable = (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError)
+        inserted: int | None = None
         try:
             inserted = await self.mysql.insert_jobs(jobs, slots)
         except CommitUnknown as exc:
@@ -238,11 +285,11 @@ class DelayClient:
             )
             try:
                 rows = await self.mysql.get_many(ids)
-            except unreachable:
+            except _UNREACHABLE:
                 raise unknown from exc
             if len(rows) < len(jobs):
                 raise unknown from exc
-        except unreachable as exc:
+        except _UNREACHABLE as exc:
             raise StoreUnavailable(f"MySQL is unreachable, nothing was scheduled: {exc}") from exc
         else:
             rows = {}
@@ -250,7 +297,7 @@ class DelayClient:
                 keyed = set()  # every row is new: none to read back (see _add_committed)
         try:
             await self._add_committed(jobs, slots, keyed, rows)
-        except (*unreachable, redis.exceptions.RedisError, TimeoutError) as exc:
+        except (*_UNREACHABLE, redis.exceptions.RedisError, TimeoutError) as exc:
             # Committed: the owning nodes re-add them from MySQL (actors/reconciler.py).
             raise RedisStepFailed(
                 f"the job(s) are committed in MySQL and will fire, possibly late (their "
@@ -258,6 +305,7 @@ class DelayClient:
                 f"them to Redis failed: {type(exc).__name__}: {exc}",
                 [job.job_id for job in jobs],
             ) from exc
+        return inserted
 
     async def _add_committed(
         self,
@@ -476,6 +524,17 @@ class DelayClient:
         """Forget dead jobs in Redis (MySQL keeps them as dead): those named, those of
         a topic, or (neither given) all. Returns how many were purged."""
         return await self._dead_letters.purge_dead(job_ids, topic=topic)
+
+
+def _first_of_each_id(jobs: list[ValidJob]) -> list[ValidJob]:
+    """The jobs without repeats of a job_id: the same id twice in one batch is one job."""
+    seen: set[str] = set()
+    unique: list[ValidJob] = []
+    for job in jobs:
+        if job.job_id not in seen:
+            seen.add(job.job_id)
+            unique.append(job)
+    return unique
 
 
 def _confirmed(change: str, job_id: str, doubt: NotReplicated | None) -> bool:

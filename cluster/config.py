@@ -35,7 +35,7 @@ MAX_FIRE_ADVANCE_MS = 1000
 # most once a second), and more often than that is not worth the bytes it saves.
 MIN_PAYLOAD_LEAD_MS = 1000
 # Settings whose whole value is a secret.
-SECRET_SETTINGS = frozenset({"kafka_sasl_password", "zk_auth"})
+SECRET_SETTINGS = frozenset({"kafka_sasl_password", "zk_auth", "web_tokens"})
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*):[^/\s]*@")
 
 
@@ -185,6 +185,28 @@ class Settings:
     # where they apply.
     log_format: str = "text"
 
+    # HTTP API and web console (`delayq web`, docs/http.md).
+    web_host: str = "127.0.0.1"
+    web_port: int = 8470
+    # "TOKEN=ROLE,TOKEN=ROLE": bearer tokens and their roles (producer, operator,
+    # viewer). Empty: no authentication, which `delayq web` allows on loopback only.
+    web_tokens: str = ""
+    # Both set: serve HTTPS with this certificate chain and key (PEM files).
+    web_tls_certfile: str = ""
+    web_tls_keyfile: str = ""
+    # Larger request bodies are refused (413) before they are read.
+    web_body_max_bytes: int = 16 * 1024 * 1024
+
+    # Kafka ingress (`delayq ingress`, docs/ingress.md): records of this topic are jobs
+    # to schedule; empty: no ingress.
+    ingress_topic: str = ""
+    # Where a record that is not a valid job goes, with the reason; empty:
+    # "<ingress_topic>.errors".
+    ingress_error_topic: str = ""
+    ingress_group: str = "delayq-ingress"
+    # Records scheduled per round (one schedule_many() call), at most.
+    ingress_batch: int = 1000
+
     def __post_init__(self) -> None:
         self.validate()
 
@@ -219,6 +241,8 @@ class Settings:
             "redis_horizon_ms",
             "stats_interval_ms",
             "retention_batch",
+            "web_body_max_bytes",
+            "ingress_batch",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -309,6 +333,10 @@ class Settings:
             )
         if self.zk_auth and ":" not in self.zk_auth:
             raise ConfigError("zk_auth must be 'user:password'")
+        if not 0 <= self.web_port <= 65535:
+            raise ConfigError(f"web_port must be 0..65535, got {self.web_port}")
+        if bool(self.web_tls_certfile) != bool(self.web_tls_keyfile):
+            raise ConfigError("web_tls_certfile and web_tls_keyfile go together: set both")
         if not self.key_prefix or any(c in self.key_prefix for c in "{} /"):
             raise ConfigError(
                 f"key_prefix must be non-empty without braces, spaces or '/': {self.key_prefix!r}"

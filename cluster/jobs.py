@@ -316,17 +316,17 @@ def validate_job(job: Job | Mapping[str, Any], settings: Settings, now: int) -> 
             "max_attempts": job.max_attempts,
         }
     elif isinstance(job, Mapping):
-        unknown = set(job) - _JOB_KEYS
+        unknown = set(job) - JOB_KEYS
         if unknown:
             raise InvalidJob(f"unknown job keys: {sorted(unknown)}")
         if "topic" not in job or "payload" not in job:
             raise InvalidJob("each job needs 'topic' and 'payload'")
-        fields = {key: job.get(key) for key in _JOB_KEYS}
+        fields = {key: job.get(key) for key in JOB_KEYS}
     else:
         raise InvalidJob(f"each job must be a Job or a mapping, got {type(job).__name__}")
     return validate(settings=settings, now=now, **fields)
 
 
-_JOB_KEYS = frozenset(
+JOB_KEYS = frozenset(
     ("topic", "payload", "delay", "at", "job_id", "biz_id", "biz_type", "max_attempts")
 )

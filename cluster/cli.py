@@ -202,6 +202,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     top.add_argument("--json", action="store_true", help="with --once: print JSON")
 
+    web = commands.add_parser(
+        "web",
+        help="serve the HTTP API (v1) and the web console",
+        description="Serve the JSON API v1 (schedule, get, cancel, reschedule, dead "
+        "letters, the cluster), its OpenAPI document at /openapi.json and the web "
+        "console at /, until Ctrl-C or SIGTERM. Stateless: run several behind a load "
+        "balancer. Bearer tokens and roles come from web_tokens "
+        "(DELAYQ_WEB_TOKENS=TOKEN=ROLE,...; roles producer, operator, viewer); without "
+        "them it serves a loopback address only. HTTPS with web_tls_certfile and "
+        "web_tls_keyfile. docs/http.md describes every route.",
+    )
+    web.add_argument("--host", help="address to listen on (default: web_host, 127.0.0.1)")
+    web.add_argument(
+        "--port", type=int, help="port to listen on (default: web_port, 8470; 0: any free port)"
+    )
+
     recover = commands.add_parser(
         "recover",
         help="re-add to Redis the pending jobs it lost, from MySQL",
@@ -328,6 +344,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _run(run_top(settings, args.interval, args.once, args.json))
             except KeyboardInterrupt:
                 return 0
+        if args.command == "web":
+            from web.server import serve
+
+            host = settings.web_host if args.host is None else args.host
+            port = settings.web_port if args.port is None else args.port
+            if not 0 <= port <= 65535:
+                print("delayq web: --port must be 0..65535", file=sys.stderr)
+                return 2
+            return _run(serve(settings, host, port))
         if args.command == "recover":
             return _run(_recover(settings, args.slot))
         if args.command == "dead":

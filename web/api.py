@@ -66,16 +66,27 @@ ROUTES = (
     Route("GET", "/v1/cluster/stats", "cluster_stats", Permission.READ_CLUSTER),
 )
 
-# aiohttp patterns of the routes' paths: a job id may hold "/" (sent as %2F).
-_ID_PATTERNS = {
-    "/v1/jobs/{job_id}": "/v1/jobs/{job_id:.+}",
-    "/v1/jobs/{job_id}/reschedule": "/v1/jobs/{job_id:.+}/reschedule",
-    "/v1/dead-letters/{job_id}": "/v1/dead-letters/{job_id:.+}",
-}
 
-
-def aiohttp_path(route: Route) -> str:
-    return _ID_PATTERNS.get(route.path, route.path)
+def documented_methods(path: str) -> list[str]:
+    """The methods ROUTES has for a request path, from the route templates that match it
+    with the most literal segments (/v1/dead-letters/purge is the purge route's, not a
+    dead job named "purge"). A job id in a path is one segment: a "/" in it is sent as
+    %2F, which aiohttp matches before decoding."""
+    parts = path.rstrip("/").split("/")
+    best: list[str] = []
+    best_literals = -1
+    for route in ROUTES:
+        template = route.path.split("/")
+        if len(template) != len(parts):
+            continue
+        if not all(t.startswith("{") or t == p for t, p in zip(template, parts, strict=True)):
+            continue
+        literals = sum(not t.startswith("{") for t in template)
+        if literals > best_literals:
+            best, best_literals = [route.method], literals
+        elif literals == best_literals:
+            best.append(route.method)
+    return sorted(set(best))
 
 
 def json_response(body: object, status: int = 200, **headers: str) -> web.Response:
@@ -162,11 +173,12 @@ class Api:
 
     async def get_job(self, request: web.Request) -> web.Response:
         job_id = check_job_id(request.match_info["job_id"])
+        with_history = _flag(request.query.get("history"), "history")
         record = await self.client.get(job_id)
         if record is None:
             raise Problem("not-found", f"no job {job_id!r}")
         answer = record_json(record)
-        if request.query.get("history") in ("1", "true"):
+        if with_history:
             answer["history"] = history_json(await self.client.mysql.history(job_id))
         return json_response(answer)
 
@@ -244,6 +256,14 @@ class Api:
         return json_response(await self.stats.figures())
 
 
+def _flag(text: str | None, name: str) -> bool:
+    if text is None or text in ("false", "0"):
+        return False
+    if text in ("true", "1"):
+        return True
+    raise InvalidJob(f"{name} must be true, false, 1 or 0")
+
+
 def _limit(text: str | None) -> int:
     if text is None:
         return 100
@@ -300,7 +320,7 @@ async def problems_middleware(request: web.Request, handler: Handler) -> web.Str
     except web.HTTPNotFound:
         return Problem("no-route", f"no route {request.method} {request.path}").response()
     except web.HTTPMethodNotAllowed as exc:
-        allowed = ", ".join(sorted(exc.allowed_methods))
+        allowed = ", ".join(documented_methods(request.path) or sorted(exc.allowed_methods))
         response = Problem(
             "method-not-allowed", f"{request.method} is not allowed here (allowed: {allowed})"
         ).response()

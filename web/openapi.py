@@ -7,9 +7,11 @@ ROUTES and fuzz the server with it (schemathesis).
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from cluster.client import MAX_BATCH
+from cluster.config import Settings
 from cluster.jobs import BIZ_ID_MAX_CHARS, BIZ_TYPE_MAX_CHARS, JOB_ID_MAX_CHARS, MAX_ATTEMPTS_LIMIT
 from web.api import DEAD_LIST_MAX, DEAD_SELECTION_MAX, ROUTES, Route
 from web.auth import GRANTS, Permission
@@ -27,7 +29,19 @@ def _nullable(kind: str, **more: Any) -> dict[str, Any]:
 
 
 _STATUS = {"type": "string", "enum": ["pending", "firing", "fired", "cancelled", "dead"]}
-_JOB_ID = {"type": "string", "minLength": 1, "maxLength": JOB_ID_MAX_CHARS}
+# What cluster/jobs.py refuses in text: C0 and C1 controls, DEL and the bidirectional
+# controls; a job id also must not end with a space.
+_NOT_CONTROL = (
+    "[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]"
+)
+_NOT_CONTROL_OR_SPACE = _NOT_CONTROL[:-1] + " ]"
+_JOB_ID = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": JOB_ID_MAX_CHARS,
+    "pattern": f"^{_NOT_CONTROL}*{_NOT_CONTROL_OR_SPACE}$",
+}
+_TEXT = {"pattern": f"^{_NOT_CONTROL}*$"}
 _TOPIC = {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,249}$"}
 _TIME = {
     "description": "epoch seconds, or an RFC 3339 time with its offset",
@@ -40,19 +54,33 @@ _TIME = {
 SCHEMAS: dict[str, Any] = {
     "JobRequest": {
         "type": "object",
-        "description": "One job: exactly one of delay or at. The same job_id twice is one job.",
+        "description": "One job: exactly one of delay or at. The same job_id twice is one job. "
+        "The payload's JSON is at most payload_max_bytes; at is at most max_delay_s ahead.",
         "required": ["topic", "payload"],
         "additionalProperties": False,
         "properties": {
             "topic": {**_TOPIC, "description": "the Kafka topic the job fires to"},
             "payload": {"description": "any JSON value, published verbatim"},
-            "delay": {"type": "number", "minimum": 0, "description": "seconds from now"},
-            "at": _TIME,
-            "job_id": {**_JOB_ID, "description": "your key; generated when absent"},
-            "biz_id": _nullable("string", minLength=1, maxLength=BIZ_ID_MAX_CHARS),
-            "biz_type": _nullable("string", minLength=1, maxLength=BIZ_TYPE_MAX_CHARS),
+            "delay": _nullable("number", minimum=0, description="seconds from now"),
+            "at": {"oneOf": [*_TIME["oneOf"], {"type": "null"}]},
+            "job_id": {
+                "oneOf": [_JOB_ID, {"type": "null"}],
+                "description": "your key; generated when absent",
+            },
+            "biz_id": _nullable("string", minLength=1, maxLength=BIZ_ID_MAX_CHARS, **_TEXT),
+            "biz_type": _nullable("string", minLength=1, maxLength=BIZ_TYPE_MAX_CHARS, **_TEXT),
             "max_attempts": _nullable("integer", minimum=1, maximum=MAX_ATTEMPTS_LIMIT),
         },
+        "oneOf": [
+            {
+                "required": ["delay"],
+                "properties": {"delay": {"type": "number"}, "at": {"type": "null"}},
+            },
+            {
+                "required": ["at"],
+                "properties": {"at": {"not": {"type": "null"}}, "delay": {"type": "null"}},
+            },
+        ],
     },
     "JobBatch": {
         "type": "object",
@@ -142,9 +170,19 @@ SCHEMAS: dict[str, Any] = {
         "description": "exactly one of delay or at",
         "additionalProperties": False,
         "properties": {
-            "delay": {"type": "number", "minimum": 0, "description": "seconds from now"},
-            "at": _TIME,
+            "delay": _nullable("number", minimum=0, description="seconds from now"),
+            "at": {"oneOf": [*_TIME["oneOf"], {"type": "null"}]},
         },
+        "oneOf": [
+            {
+                "required": ["delay"],
+                "properties": {"delay": {"type": "number"}, "at": {"type": "null"}},
+            },
+            {
+                "required": ["at"],
+                "properties": {"at": {"not": {"type": "null"}}, "delay": {"type": "null"}},
+            },
+        ],
     },
     "Rescheduled": {
         "type": "object",
@@ -324,7 +362,13 @@ _OPERATIONS: dict[str, tuple[str, str | None, dict[int, str], list[dict[str, Any
         "A job's durable record; ?history=true adds its status changes",
         None,
         {200: "Job"},
-        [{"name": "history", "in": "query", "schema": {"type": "string", "enum": ["true", "1"]}}],
+        [
+            {
+                "name": "history",
+                "in": "query",
+                "schema": {"type": "string", "enum": ["true", "false", "1", "0"]},
+            }
+        ],
     ),
     "cancel": ("Cancel a job: 200 guarantees it never fires", None, {200: "Cancelled"}, []),
     "reschedule": (
@@ -342,8 +386,8 @@ _OPERATIONS: dict[str, tuple[str, str | None, dict[int, str], list[dict[str, Any
             {
                 "name": "limit",
                 "in": "query",
-                "schema": {"type": "string", "pattern": "^[0-9]+$"},
-                "description": f"1..{DEAD_LIST_MAX}, default 100",
+                "schema": {"type": "integer", "minimum": 1, "maximum": DEAD_LIST_MAX},
+                "description": "default 100",
             },
         ],
     ),
@@ -421,7 +465,11 @@ def _operation(route: Route) -> dict[str, Any]:
     return operation
 
 
-def openapi_document() -> dict[str, Any]:
+def openapi_document(settings: Settings) -> dict[str, Any]:
+    """The document, with this server's limits (max_delay_s) in it."""
+    schemas = copy.deepcopy(SCHEMAS)
+    for name in ("JobRequest", "Reschedule"):
+        schemas[name]["properties"]["delay"]["maximum"] = settings.max_delay_s
     paths: dict[str, dict[str, Any]] = {}
     for route in ROUTES:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
@@ -435,7 +483,7 @@ def openapi_document() -> dict[str, Any]:
         },
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": schemas,
             "securitySchemes": {
                 "bearer": {
                     "type": "http",

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from cluster.client import DelayClient
 from cluster.config import ConfigError, Settings
-from web.api import ROUTES, Api, Handler, aiohttp_path, json_response, problems_middleware
+from web.api import ROUTES, Api, Handler, json_response, problems_middleware
 from web.auth import GRANTS, Tokens, is_loopback, parse_tokens
 from web.openapi import openapi_document
 from web.problems import Problem
@@ -71,8 +71,11 @@ def make_app(client: DelayClient, tokens: Tokens, stats: StatsSampler) -> web.Ap
     )
     api = Api(client, stats)
     for route in ROUTES:
-        app.router.add_route(route.method, aiohttp_path(route), api.handler(route), name=route.name)
-    document = orjson.dumps(openapi_document())
+        # A job id is one path segment, any characters but "/" (sent as %2F); aiohttp's
+        # default pattern would also refuse braces.
+        path = route.path.replace("{job_id}", "{job_id:[^/]+}")
+        app.router.add_route(route.method, path, api.handler(route), name=route.name)
+    document = orjson.dumps(openapi_document(client.settings))
 
     async def openapi(_: web.Request) -> web.Response:
         return web.Response(body=document, content_type="application/json")

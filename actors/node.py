@@ -33,6 +33,7 @@ from actors.dispatcher import Dispatcher
 from actors.filler import Filler
 from actors.membership import ClusterConfigError, Membership
 from actors.mover import Mover
+from actors.outbox import Outbox
 from actors.ownership import HeldSlots
 from actors.preflight import UnsafeConfig, check_redis
 from actors.queues import SlotQueue
@@ -83,6 +84,7 @@ class NodeParts:
     recorder: Recorder
     reconciler: Reconciler
     filler: Filler
+    outbox: Outbox
     sampler: Sampler
     retention: Retention
     supervisor: Supervisor
@@ -189,6 +191,7 @@ class Node:
         listener = WakeListener(s, redis, self.keys.wake_channel, held, scanner)
         reconciler = Reconciler(s, self.mysql, scripts, held, reconcile_queue)
         filler = Filler(s, scripts, self.mysql, held)
+        outbox = Outbox(s, scripts, self.mysql, held)
         sampler = Sampler(s, redis, self.keys, self.mysql, producer, held)
         retention = Retention(s, self.mysql, held)
 
@@ -209,6 +212,7 @@ class Node:
                 listener,
                 reconciler,
                 filler,
+                outbox,
                 scanner,
                 mover,
                 dispatcher,
@@ -229,6 +233,7 @@ class Node:
             recorder,
             reconciler,
             filler,
+            outbox,
             sampler,
             retention,
             supervisor,

@@ -54,12 +54,19 @@ __all__ = [
     "OutcomeUnknown",
     "RedisStepFailed",
     "Scheduled",
+    "StoreMismatch",
     "StoreUnavailable",
 ]
 
 
 class StoreUnavailable(RuntimeError):
     """MySQL could not be reached, so nothing was scheduled (Redis was not touched)."""
+
+
+class StoreMismatch(RuntimeError):
+    """schedule_in() got a connection that cannot write delayq's tables: another MySQL
+    server, or a user without INSERT on them. The caller's transaction is untouched
+    by delayq (the failed statement wrote nothing)."""
 
 
 class OutcomeUnknown(RuntimeError):
@@ -102,6 +109,9 @@ FAILED_SLOT_RETRY_PAUSES_S = (0.1, 0.3, 0.6, 1.0, 2.0)
 # Should Redis's clock be that far ahead, the job is stored lean all the same (a lean
 # envelope is the header with an empty tail) and fires with its tail read from MySQL.
 LEAN_MARGIN_MS = 1000
+# MySQL errors of a statement naming a table this connection cannot write: no such
+# table (another server), no INSERT privilege, no access to the database.
+_NOT_REACHABLE_HERE = (1146, 1142, 1044, 1049)
 # What a MySQL connection that cannot be made or broke raises.
 _UNREACHABLE = (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError)
 
@@ -244,6 +254,64 @@ class DelayClient:
             results.append(Scheduled(job.job_id, job.job_id in created))
             created.discard(job.job_id)  # a repeat of an id in the batch is not new
         return results
+
+    async def schedule_in(
+        self,
+        conn: Any,
+        topic: str,
+        payload: Any,
+        *,
+        delay: float | None = None,
+        at: dt.datetime | float | None = None,
+        job_id: str | None = None,
+        biz_id: str | None = None,
+        biz_type: str | None = None,
+        max_attempts: int | None = None,
+    ) -> str:
+        """Schedule one job inside the caller's own MySQL transaction; returns its job_id.
+
+        `conn` is the caller's aiomysql connection with a transaction open (after
+        `await conn.begin()`), on the MySQL server that holds delayq's database, as a
+        user allowed to INSERT into delayq's tables. The job's row (and a row of the
+        shard's outbox) is written there and not committed: the job exists if and only
+        if the caller's transaction commits. Once it commits, the node owning the job's
+        slot finds it in the outbox within about outbox_poll_ms and adds it to Redis
+        (actors/outbox.py). Arguments as for schedule(); the same job_id twice is one job.
+        """
+        job = validate(
+            topic=topic,
+            payload=payload,
+            delay=delay,
+            at=at,
+            job_id=job_id,
+            biz_id=biz_id,
+            biz_type=biz_type,
+            max_attempts=max_attempts,
+            settings=self.settings,
+        )
+        if conn.get_autocommit():
+            raise InvalidJob(
+                "schedule_in() needs the caller's transaction: the connection is in "
+                "autocommit mode (call await conn.begin() first)"
+            )
+        if str(getattr(conn, "charset", "utf8mb4")) != "utf8mb4":
+            raise InvalidJob(
+                f"schedule_in() needs a connection with charset utf8mb4 (payloads and ids "
+                f"may hold any Unicode), this one has {conn.charset!r}"
+            )
+        try:
+            await self.mysql.insert_in_transaction(
+                conn, job, slot_of(job.job_id, self.settings.slots)
+            )
+        except pymysql.err.MySQLError as exc:
+            if exc.args and exc.args[0] in _NOT_REACHABLE_HERE:
+                raise StoreMismatch(
+                    f"delayq's tables ({self.mysql.database!r}) cannot be written through "
+                    f"this connection: it must reach the MySQL server of mysql_url, as a "
+                    f"user allowed to INSERT into them: {exc}"
+                ) from exc
+            raise
+        return job.job_id
 
     def _validated(
         self, jobs: Sequence[Job | Mapping[str, Any]]

@@ -116,6 +116,9 @@ class Settings:
     # lost fires.
     recent_reconcile_ms: int = 5000
     safety_wake_ms: int = 1000
+    # How often a node reads its slots' outbox: jobs scheduled inside a caller's own
+    # transaction (schedule_in) reach Redis within about this long of the commit.
+    outbox_poll_ms: int = 50
     # Jobs are moved and claimed up to this long before their due time and published at
     # it by the Redis clock (actors/dispatcher.py), so the round trips happen before the
     # due time instead of after it. 0 (the default): move and claim at the due time. Off
@@ -229,6 +232,7 @@ class Settings:
             "reconcile_interval_ms",
             "recent_reconcile_ms",
             "safety_wake_ms",
+            "outbox_poll_ms",
             "reap_interval_ms",
             "inflight_timeout_ms",
             "retry_backoff_ms",

@@ -136,6 +136,10 @@ class MySQLStore:
         db = self.database_name(shard[0])
         return f"`{db}`.`job_{shard[1]:04d}`", f"`{db}`.`job_history_{shard[1]:04d}`"
 
+    def outbox_table(self, shard: tuple[int, int]) -> str:
+        """The outbox table of a shard, fully qualified (migration 004, schedule_in)."""
+        return f"`{self.database_name(shard[0])}`.`job_outbox_{shard[1]:04d}`"
+
     def all_shards(self) -> list[tuple[int, int]]:
         return [
             (d, t)
@@ -202,6 +206,48 @@ class MySQLStore:
                 if committing and exc.args and exc.args[0] == sql.LOST_DURING_QUERY:
                     raise CommitUnknown(str(exc)) from exc
                 raise  # not committed: a broken connection rolls the transaction back
+
+    async def insert_in_transaction(self, conn: Any, job: ValidJob, slot: int) -> None:
+        """Insert a job's row and its outbox row through the caller's connection, inside
+        the caller's transaction (no commit here): both exist if and only if that
+        transaction commits. An existing job_id keeps its row (its outbox row only makes
+        the owning node look at it again)."""
+        shard = shard_of(job.job_id, self.settings.mysql_databases, self.settings.mysql_tables)
+        async with conn.cursor() as cur:
+            # gmt_create defaults to the session's clock: UTC like every delayq time,
+            # whatever time zone the caller's session uses (restored after).
+            await cur.execute("SET @delayq_time_zone = @@session.time_zone, time_zone = '+00:00'")
+            try:
+                for statement in self._insert_statements(conn, [job], [slot], {shard: [0]}):
+                    await cur.execute(statement)
+                await cur.execute(
+                    f"INSERT INTO {self.outbox_table(shard)} (job_id, slot) VALUES (%s, %s)",
+                    (job.job_id, slot),
+                )
+            finally:
+                await cur.execute("SET time_zone = @delayq_time_zone")
+
+    async def outbox_page(
+        self, shard: tuple[int, int], slots: Sequence[int], limit: int
+    ) -> list[tuple[int, str, int]]:
+        """The oldest outbox rows (id, job_id, slot) of these slots in one shard."""
+        if not slots:
+            return []
+        listed = ",".join(str(int(slot)) for slot in slots)
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute(
+                f"SELECT id, job_id, slot FROM {self.outbox_table(shard)}"
+                f" WHERE slot IN ({listed}) ORDER BY id LIMIT %s",
+                (limit,),
+            )
+            return [(int(i), str(j), int(s)) for i, j, s in await cur.fetchall()]
+
+    async def delete_outbox(self, shard: tuple[int, int], ids: Sequence[int]) -> None:
+        if not ids:
+            return
+        listed = ",".join(str(int(i)) for i in ids)
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute(f"DELETE FROM {self.outbox_table(shard)} WHERE id IN ({listed})")
 
     def _insert_statements(
         self,

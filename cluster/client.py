@@ -234,6 +234,12 @@ class DelayClient:
         same moment: of two such calls, at most one says True.
         """
         valid, keyed = self._validated(jobs)
+        return await self.schedule_validated(valid, keyed)
+
+    async def schedule_validated(self, valid: list[ValidJob], keyed: set[str]) -> list[Scheduled]:
+        """schedule_batch() of jobs already validated (cluster.jobs.validate_job), with
+        `keyed` the ids their callers gave: for servers that validate each request on
+        its own and store many requests' jobs together (web/batcher.py)."""
         unique = _first_of_each_id(valid)
         created: set[str] = set()
         if unique:

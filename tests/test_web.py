@@ -34,7 +34,7 @@ from tests.test_dead_letters import make_dead
 from web.api import ROUTES, problems_middleware
 from web.auth import Tokens, parse_tokens
 from web.openapi import openapi_document
-from web.server import check_exposure, make_app
+from web.server import API, check_exposure, make_app
 from web.stats import StatsSampler
 
 PRODUCER = "producer-token-0123456789"
@@ -46,8 +46,11 @@ TOKENS = f"{PRODUCER}=producer,{OPERATOR}=operator,{VIEWER}=viewer"
 class Api:
     """A running server over the test's settings, and an HTTP session to it."""
 
-    def __init__(self, base: str, http: aiohttp.ClientSession, client: DelayClient) -> None:
+    def __init__(
+        self, base: str, http: aiohttp.ClientSession, client: DelayClient, app: web.Application
+    ) -> None:
         self.base = base
+        self.app = app
         self.http = http
         self.client = client
 
@@ -72,14 +75,15 @@ class Api:
 async def serving(settings: Settings, client: DelayClient) -> AsyncIterator[Api]:
     tokens = Tokens(parse_tokens(settings.web_tokens))
     stats = StatsSampler(settings)
-    runner = web.AppRunner(make_app(client, tokens, stats))
+    app = make_app(client, tokens, stats)
+    runner = web.AppRunner(app)
     await runner.setup()
     port = free_port()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     try:
         async with aiohttp.ClientSession() as http:
-            yield Api(f"http://127.0.0.1:{port}", http, client)
+            yield Api(f"http://127.0.0.1:{port}", http, client, app)
     finally:
         await stats.close()
         await runner.cleanup()
@@ -127,6 +131,26 @@ async def test_schedule_a_batch_says_which_were_created(api: Api) -> None:
     assert record is not None and record.payload_json == '{"order":1}'
     new = await api.client.get("new")
     assert new is not None and new.due_ms == 1767225600000  # due at once: in the past
+
+
+async def test_concurrent_single_jobs_are_stored_together_each_with_its_answer(
+    api: Api, redis: Any
+) -> None:
+    """200 requests at once: the valid ones stored in fewer store calls than requests,
+    each invalid one refused on its own, one id sent five times created once."""
+    bodies: list[dict[str, object]] = [ok_job(job_id=f"c-{i}") for i in range(180)]
+    bodies += [ok_job(job_id=f"bad-{i}", delay=-1) for i in range(15)]
+    bodies += [ok_job(job_id="same", payload=i) for i in range(5)]
+    answers = await asyncio.gather(*(api.call("POST", "/v1/jobs", body) for body in bodies))
+    statuses = [status for status, _, _ in answers]
+    assert statuses[:180] == [201] * 180
+    assert statuses[180:195] == [422] * 15
+    assert sorted(statuses[195:]) == [200, 200, 200, 200, 201]
+    assert all(">= 0" in problem["detail"] for _, problem, _ in answers[180:195])
+    rows = await api.client.mysql.get_many([f"c-{i}" for i in range(180)] + ["same", "bad-0"])
+    assert len(rows) == 181 and "bad-0" not in rows
+    batcher = api.app[API].batcher
+    assert batcher.jobs == 185 and batcher.batches < 185
 
 
 async def test_get_a_job_with_its_history(api: Api) -> None:

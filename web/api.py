@@ -27,9 +27,10 @@ from cluster.client import (
     StoreUnavailable,
 )
 from cluster.job_json import dead_json, history_json, job_from_json, parse_time, record_json
-from cluster.jobs import InvalidJob, check_job_id, check_topic
+from cluster.jobs import InvalidJob, check_job_id, check_topic, now_ms, validate_job
 from cluster.status import StatusReader
 from web.auth import Permission
+from web.batcher import ScheduleBatcher
 from web.problems import Problem
 from web.stats import StatsSampler
 
@@ -118,6 +119,7 @@ class Api:
 
     def __init__(self, client: DelayClient, stats: StatsSampler) -> None:
         self.client = client
+        self.batcher = ScheduleBatcher(client)
         self.settings = client.settings
         self.stats = stats
 
@@ -129,46 +131,44 @@ class Api:
 
     async def schedule(self, request: web.Request) -> web.Response:
         body = await read_json(request)
-        batch = isinstance(body, dict) and "jobs" in body
-        if batch:
-            jobs = _object(body, frozenset({"jobs"}), "a batch")["jobs"]
-            if not isinstance(jobs, list):
-                raise InvalidJob("'jobs' must be an array of jobs")
-            if len(jobs) > MAX_BATCH:
-                raise InvalidJob(f"a batch holds at most {MAX_BATCH} jobs, got {len(jobs)}")
-            entries = []
-            for index, job in enumerate(jobs):
-                try:
-                    entries.append(job_from_json(job))
-                except InvalidJob as exc:
-                    raise InvalidJob(f"job {index}: {exc}") from None
-        else:
-            entries = [job_from_json(body)]
+        if isinstance(body, dict) and "jobs" in body:
+            return await self._schedule_many(_object(body, frozenset({"jobs"}), "a batch"))
+        return await self._schedule_one(job_from_json(body))
+
+    async def _schedule_one(self, entry: dict[str, Any]) -> web.Response:
+        """One job, stored together with other requests' jobs (web/batcher.py)."""
+        job = validate_job(entry, self.settings, now_ms())
         try:
-            results = await self.client.schedule_batch(entries)
-        except InvalidJob as exc:
-            # One job: the client's message without the batch's "job 0: ".
-            message = str(exc)
-            if not batch and message.startswith("job 0: "):
-                raise InvalidJob(message.removeprefix("job 0: ")) from None
-            raise
+            result = await self.batcher.schedule(job, keyed=entry.get("job_id") is not None)
         except RedisStepFailed as exc:
-            # Committed in MySQL: scheduled, and the owning nodes add them to Redis.
-            warning = str(exc)
-            listed = [{"job_id": job_id, "created": None} for job_id in exc.job_ids]
-            answer = (
-                {"jobs": listed, "warning": warning} if batch else {**listed[0], "warning": warning}
-            )
-            return json_response(answer, 202)
-        if batch:
-            return json_response(
-                {"jobs": [{"job_id": r.job_id, "created": r.created} for r in results]}
-            )
-        [result] = results
+            # Committed in MySQL: scheduled, and the owning node adds it to Redis.
+            return json_response({"job_id": job.job_id, "created": None, "warning": str(exc)}, 202)
         return json_response(
             {"job_id": result.job_id, "created": result.created},
             201 if result.created else 200,
             Location=f"/v1/jobs/{quote(result.job_id, safe='')}",
+        )
+
+    async def _schedule_many(self, body: dict[str, Any]) -> web.Response:
+        """A batch: all of its jobs or none, in one call of the client."""
+        jobs = body["jobs"]
+        if not isinstance(jobs, list):
+            raise InvalidJob("'jobs' must be an array of jobs")
+        if len(jobs) > MAX_BATCH:
+            raise InvalidJob(f"a batch holds at most {MAX_BATCH} jobs, got {len(jobs)}")
+        entries = []
+        for index, job in enumerate(jobs):
+            try:
+                entries.append(job_from_json(job))
+            except InvalidJob as exc:
+                raise InvalidJob(f"job {index}: {exc}") from None
+        try:
+            results = await self.client.schedule_batch(entries)
+        except RedisStepFailed as exc:
+            listed = [{"job_id": job_id, "created": None} for job_id in exc.job_ids]
+            return json_response({"jobs": listed, "warning": str(exc)}, 202)
+        return json_response(
+            {"jobs": [{"job_id": r.job_id, "created": r.created} for r in results]}
         )
 
     async def get_job(self, request: web.Request) -> web.Response:

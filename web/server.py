@@ -26,6 +26,8 @@ from web.stats import StatsSampler
 
 log = logging.getLogger(__name__)
 
+# The handlers of an application (tests read its batcher's counts).
+API = web.AppKey("api", Api)
 CONSOLE_DIR = Path(str(resources.files("web") / "console"))
 _PERMISSIONS = {route.name: route.permission for route in ROUTES}
 # The console's page loads only its own files, and no page may frame it.
@@ -70,6 +72,7 @@ def make_app(client: DelayClient, tokens: Tokens, stats: StatsSampler) -> web.Ap
         client_max_size=client.settings.web_body_max_bytes,
     )
     api = Api(client, stats)
+    app[API] = api
     for route in ROUTES:
         # A job id is one path segment, any characters but "/" (sent as %2F); aiohttp's
         # default pattern would also refuse braces.

@@ -119,6 +119,8 @@ async def serve(settings: Settings, host: str, port: int) -> int:
     """Serve until SIGINT or SIGTERM; prints the address it listens on."""
     tokens = check_exposure(settings, host)
     context = tls_context(settings)
+    # aiozk logs every session it opens at INFO: the cluster routes open one per read.
+    logging.getLogger("aiozk").setLevel(logging.WARNING)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import io
 import os
+import shutil
 import ssl
 import subprocess
 import sys
@@ -578,3 +579,25 @@ def test_delayq_web_refuses_to_serve_everyone_without_tokens(settings: Settings)
         timeout=60,
     )
     assert done.returncode == 1 and "without authentication" in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="examples/producer.mjs needs Node 18+")
+async def test_the_javascript_producer_example(settings: Settings) -> None:
+    settings = settings.replace(web_tokens=TOKENS)
+    async with DelayClient(settings) as client, serving(settings, client) as api:
+        env = {**os.environ, "DELAYQ_API": api.base, "DELAYQ_TOKEN": PRODUCER}
+        script = str(Path(__file__).resolve().parent.parent / "examples" / "producer.mjs")
+        outputs = []
+        for _ in range(2):
+            process = await asyncio.create_subprocess_exec(
+                "node", script, "order-7", env=env, stdout=subprocess.PIPE
+            )
+            output, _ = await process.communicate()
+            assert process.returncode == 0
+            outputs.append(output.decode().splitlines())
+        assert outputs == [
+            ["order-7-close created", "order-7-remind created"],
+            ["order-7-close already there", "order-7-remind already there"],
+        ]
+        rows = await client.mysql.get_many(["order-7-close", "order-7-remind"])
+        assert {row.topic for row in rows.values()} == {"orders.close", "reminders"}

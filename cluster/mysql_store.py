@@ -214,18 +214,16 @@ class MySQLStore:
         the owning node look at it again)."""
         shard = shard_of(job.job_id, self.settings.mysql_databases, self.settings.mysql_tables)
         async with conn.cursor() as cur:
-            # gmt_create defaults to the session's clock: UTC like every delayq time,
-            # whatever time zone the caller's session uses (restored after).
-            await cur.execute("SET @delayq_time_zone = @@session.time_zone, time_zone = '+00:00'")
-            try:
-                for statement in self._insert_statements(conn, [job], [slot], {shard: [0]}):
-                    await cur.execute(statement)
-                await cur.execute(
-                    f"INSERT INTO {self.outbox_table(shard)} (job_id, slot) VALUES (%s, %s)",
-                    (job.job_id, slot),
-                )
-            finally:
-                await cur.execute("SET time_zone = @delayq_time_zone")
+            # Stamped in UTC like every delayq time, whatever the caller's session time
+            # zone (CURRENT_TIMESTAMP, the columns' default, would follow it).
+            for statement in self._insert_statements(
+                conn, [job], [slot], {shard: [0]}, stamp_utc=True
+            ):
+                await cur.execute(statement)
+            await cur.execute(
+                f"INSERT INTO {self.outbox_table(shard)} (job_id, slot) VALUES (%s, %s)",
+                (job.job_id, slot),
+            )
 
     async def outbox_page(
         self, shard: tuple[int, int], slots: Sequence[int], limit: int
@@ -255,11 +253,16 @@ class MySQLStore:
         jobs: Sequence[ValidJob],
         slots: Sequence[int],
         by_shard: dict[tuple[int, int], list[int]],
+        stamp_utc: bool = False,
     ) -> Iterator[str]:
         """Multi-row INSERTs of the jobs (sql.multi_row). Built here rather than by the
-        driver, whose per-parameter escaping cost more than the database's work."""
+        driver, whose per-parameter escaping cost more than the database's work.
+        stamp_utc: set gmt_create and gmt_modified to UTC_TIMESTAMP(3) rather than
+        leaving them to the session's clock (a caller's connection, schedule_in)."""
         quote = sql.quoter(conn)
         times = sql.DatetimeLiterals()
+        stamps = ",UTC_TIMESTAMP(3),UTC_TIMESTAMP(3)" if stamp_utc else ""
+        stamp_columns = ", gmt_create, gmt_modified" if stamp_utc else ""
         topics: dict[str, str] = {}
 
         def rows(indexes: list[int]) -> Iterator[str]:
@@ -273,14 +276,14 @@ class MySQLStore:
                     f"({quote(job.job_id)},{topic},{quote(job.biz_id)},"
                     f"{quote(job.biz_type)}{pending}{times.of(job.due_ms)},"
                     f"{int(job.max_attempts)},{quote(job.payload_json.decode())},"
-                    f"{int(slots[i])})"
+                    f"{int(slots[i])}{stamps})"
                 )
 
         for shard, indexes in by_shard.items():
             table, _ = self.shard_tables(shard)
             yield from sql.multi_row(
                 f"INSERT INTO {table} (job_id, topic, biz_id, biz_type, status, action_time,"
-                " max_attempts, payload, slot) VALUES ",
+                f" max_attempts, payload, slot{stamp_columns}) VALUES ",
                 rows(indexes),
                 " ON DUPLICATE KEY UPDATE job_id = job_id",
             )

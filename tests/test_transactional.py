@@ -23,7 +23,7 @@ from cluster.config import Settings
 from cluster.jobs import InvalidJob
 from cluster.sql import mysql_connect_args
 from devstack.nodes import settings_env
-from tests.conftest import Collector
+from tests.conftest import Collector, wait_for
 from tests.processes import NodeProcess, wait_served
 
 
@@ -149,14 +149,16 @@ async def test_a_node_killed_during_pick_up_loses_nothing(
     settings: Settings, conn: Any, topic: str, collector: Collector, tmp_path: Path
 ) -> None:
     """Jobs committed while the only node is being killed -9: the node that takes its
-    slots finds their outbox rows and fires each job once."""
+    slots finds their outbox rows and fires each job once. They are due seconds after
+    the kill, so the killed node cannot have published any (which would allow a
+    duplicate: at least once)."""
     first = NodeProcess(settings, tmp_path, "first")
     await first.wait_ready()
     await wait_served(settings, {"first"})
     async with DelayClient(settings) as client:
         await conn.begin()
         for i in range(2000):
-            await client.schedule_in(conn, topic, i, delay=0.5, job_id=f"k-{i}")
+            await client.schedule_in(conn, topic, i, delay=5, job_id=f"k-{i}")
         await conn.commit()
         first.kill()
         second = NodeProcess(settings, tmp_path, "second")
@@ -164,7 +166,13 @@ async def test_a_node_killed_during_pick_up_loses_nothing(
             await second.wait_ready()
             records = await collector.until(2000, timeout_s=90)
             assert sorted(int(r["payload"]) for r in records) == list(range(2000))  # type: ignore[call-overload]
-            assert await outbox_rows(client) == 0
+
+            async def outbox_empty() -> bool:
+                return await outbox_rows(client) == 0
+
+            # Rows the first node added but did not delete are the second's to delete.
+            assert await wait_for(outbox_empty, timeout_s=30)
+            assert len(await collector.quiet_for(1.0)) == 2000
         finally:
             second.kill()
 

@@ -40,6 +40,7 @@ from actors.queues import SlotQueue
 from actors.reaper import RetryReaper
 from actors.reconciler import Reconciler
 from actors.recorder import Recorder
+from actors.recurring import RecurringTicks
 from actors.retention import Retention
 from actors.sampler import Sampler
 from actors.scanner import SlotScanner
@@ -85,6 +86,7 @@ class NodeParts:
     reconciler: Reconciler
     filler: Filler
     outbox: Outbox
+    recurring: RecurringTicks
     sampler: Sampler
     retention: Retention
     supervisor: Supervisor
@@ -192,6 +194,7 @@ class Node:
         reconciler = Reconciler(s, self.mysql, scripts, held, reconcile_queue)
         filler = Filler(s, scripts, self.mysql, held)
         outbox = Outbox(s, scripts, self.mysql, held)
+        recurring = RecurringTicks(s, self.mysql, held)
         sampler = Sampler(s, redis, self.keys, self.mysql, producer, held)
         retention = Retention(s, self.mysql, held)
 
@@ -210,6 +213,7 @@ class Node:
                 sampler,
                 retention,
                 listener,
+                recurring,
                 reconciler,
                 filler,
                 outbox,
@@ -234,6 +238,7 @@ class Node:
             reconciler,
             filler,
             outbox,
+            recurring,
             sampler,
             retention,
             supervisor,
@@ -270,6 +275,8 @@ class Node:
             "filled": p.filler.filled_total,
             "tails_loaded_at_claim": p.dispatcher.tails_loaded_total,
             "released": p.dispatcher.released_total,
+            "ticks_made": p.recurring.made_total,
+            "ticks_missed": p.recurring.missed_total,
         }
 
 

@@ -1,5 +1,7 @@
-"""The producer API: schedule, schedule_many, cancel, reschedule, get, and the dead
-letters (dead_letters, dead_job, replay_dead, purge_dead: cluster/dead_letters.py).
+"""The producer API: schedule, schedule_many, cancel, reschedule, get, the dead
+letters (dead_letters, dead_job, replay_dead, purge_dead: cluster/dead_letters.py), and
+recurring schedules (schedule_recurring, recurring, remove_recurring:
+cluster/recurring.py).
 
     from cluster.client import DelayClient
 
@@ -41,6 +43,7 @@ from cluster.jobs import (
 )
 from cluster.keys import KeySpace, slot_of
 from cluster.mysql_store import CommitUnknown, JobRecord, MySQLStore
+from cluster.recurring import RecurringSchedule, RecurringSchedules, check_name, validate_recurring
 from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import NewJob, NotReplicated, Scripts, SlotsFailed
 
@@ -52,6 +55,7 @@ __all__ = [
     "JobRecord",
     "JobStatus",
     "OutcomeUnknown",
+    "RecurringSchedule",
     "RedisStepFailed",
     "Scheduled",
     "StoreMismatch",
@@ -134,6 +138,7 @@ class DelayClient:
         self._redis: RedisClient | None = None
         self._scripts: Scripts | None = None
         self._dead: DeadLetters | None = None
+        self._recurring: RecurringSchedules | None = None
 
     @classmethod
     def from_env(cls, **overrides: Any) -> DelayClient:
@@ -153,12 +158,14 @@ class DelayClient:
             payload_lead_ms=self.settings.payload_lead_ms,
         )
         self._dead = DeadLetters(self.settings, self._scripts, self.mysql)
+        self._recurring = RecurringSchedules(self.settings, self.mysql, self.cancel)
 
     async def close(self) -> None:
         try:
             await self.mysql.close()
         finally:
             redis, self._redis, self._scripts, self._dead = self._redis, None, None, None
+            self._recurring = None
             if redis is not None:
                 await redis.aclose()
 
@@ -598,6 +605,87 @@ class DelayClient:
         """Forget dead jobs in Redis (MySQL keeps them as dead): those named, those of
         a topic, or (neither given) all. Returns how many were purged."""
         return await self._dead_letters.purge_dead(job_ids, topic=topic)
+
+    # ----- recurring schedules (cluster/recurring.py) -----------------------------------
+
+    @property
+    def _schedules(self) -> RecurringSchedules:
+        if self._recurring is None:
+            raise RuntimeError("DelayClient is not open: use `async with` or await open()")
+        return self._recurring
+
+    async def schedule_recurring(
+        self,
+        name: str,
+        topic: str,
+        payload: Any,
+        *,
+        cron: str | None = None,
+        every: float | dt.timedelta | None = None,
+        tz: str | None = None,
+        start_at: dt.datetime | float | None = None,
+        end_at: dt.datetime | float | None = None,
+        biz_id: str | None = None,
+        biz_type: str | None = None,
+        max_attempts: int | None = None,
+        missed: str = "fire_once",
+    ) -> RecurringSchedule:
+        """Fire `payload` to `topic` at every tick of a schedule, each tick once, as an
+        ordinary job whose record also carries "recurring" (the name) and "tick_ms".
+
+        Give exactly one of cron (a 5-field expression, read on the wall clock of tz, an
+        IANA zone name, UTC by default) or every (seconds, at least 1, or a timedelta;
+        ticks at start_at + k × every, or on multiples of every since the epoch).
+        start_at and end_at (aware datetimes or epoch seconds) bound the ticks. missed
+        says what happens to ticks no node made into jobs in time (every node down):
+        "fire_once" fires the last of them once, "skip" none. The same name again with
+        the same definition changes nothing; with another definition it replaces the
+        schedule from now on. Returns the schedule as stored. Calling again after an
+        error is safe.
+        """
+        definition = validate_recurring(
+            name=name,
+            topic=topic,
+            payload=payload,
+            cron=cron,
+            every=every,
+            tz=tz,
+            start_at=start_at,
+            end_at=end_at,
+            biz_id=biz_id,
+            biz_type=biz_type,
+            max_attempts=max_attempts,
+            missed=missed,
+            settings=self.settings,
+        )
+        try:
+            return await self._schedules.put(definition)
+        except _UNREACHABLE as exc:
+            raise StoreUnavailable(
+                f"MySQL is unreachable: the schedule {name!r} was not written (calling "
+                f"again is safe): {exc}"
+            ) from exc
+
+    async def recurring(self, *, removed: bool = False) -> list[RecurringSchedule]:
+        """Every recurring schedule, by name (removed ones too with removed=True)."""
+        return await self._schedules.list_all(removed=removed)
+
+    async def get_recurring(self, name: str) -> RecurringSchedule | None:
+        """One recurring schedule (also a removed one), or None."""
+        return await self._schedules.get(name)
+
+    async def remove_recurring(self, name: str) -> bool:
+        """Stop a recurring schedule; True if it was there. Its ticks that are jobs
+        already and due from now on are cancelled, but one being published at this
+        very moment fires. Ticks fired before stay fired."""
+        name = check_name(name)
+        try:
+            return await self._schedules.remove(name)
+        except _UNREACHABLE as exc:
+            raise StoreUnavailable(
+                f"MySQL is unreachable: the schedule {name!r} was not removed (calling again "
+                f"is safe): {exc}"
+            ) from exc
 
 
 def _first_of_each_id(jobs: list[ValidJob]) -> list[ValidJob]:

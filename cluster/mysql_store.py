@@ -140,6 +140,10 @@ class MySQLStore:
         """The outbox table of a shard, fully qualified (migration 004, schedule_in)."""
         return f"`{self.database_name(shard[0])}`.`job_outbox_{shard[1]:04d}`"
 
+    def recurring_table(self, shard: tuple[int, int]) -> str:
+        """The recurring schedules table of a shard, fully qualified (migration 005)."""
+        return f"`{self.database_name(shard[0])}`.`job_recurring_{shard[1]:04d}`"
+
     def all_shards(self) -> list[tuple[int, int]]:
         return [
             (d, t)
@@ -224,6 +228,28 @@ class MySQLStore:
                 f"INSERT INTO {self.outbox_table(shard)} (job_id, slot) VALUES (%s, %s)",
                 (job.job_id, slot),
             )
+
+    async def write_with_outbox(
+        self, conn: Any, jobs: Sequence[ValidJob], slots: Sequence[int]
+    ) -> None:
+        """Insert jobs' rows (an existing job_id keeps its row) and an outbox row for
+        each, through `conn` and inside its open transaction (no commit here): the node
+        owning each job's slot adds it to Redis once the transaction commits
+        (actors/outbox.py). How recurring schedules' ticks become jobs."""
+        by_shard: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for index, job in enumerate(jobs):
+            by_shard[
+                shard_of(job.job_id, self.settings.mysql_databases, self.settings.mysql_tables)
+            ].append(index)
+        quote = sql.quoter(conn)
+        async with conn.cursor() as cur:
+            for statement in self._insert_statements(conn, jobs, slots, by_shard):
+                await cur.execute(statement)
+            for shard, indexes in by_shard.items():
+                rows = (f"({quote(jobs[i].job_id)},{int(slots[i])})" for i in indexes)
+                head = f"INSERT INTO {self.outbox_table(shard)} (job_id, slot) VALUES "
+                for statement in sql.multi_row(head, rows):
+                    await cur.execute(statement)
 
     async def outbox_page(
         self, shard: tuple[int, int], slots: Sequence[int], limit: int

@@ -16,6 +16,7 @@ from cluster.config import Settings
 from cluster.contract import JobStatus
 from cluster.tick_ids import tick_job_id
 from tests.conftest import Collector
+from tests.test_cli import cli
 
 # Ticks are made 2–4 s ahead, so within a test the node makes most of them (the client
 # makes the first ones); a tick due more than 1 s ahead is stored lean, so its record is
@@ -204,3 +205,30 @@ async def test_two_clients_creating_one_schedule_at_once_make_one(
         assert {r.generation for r in results} == {1}
         [schedule] = await a.recurring()
         assert schedule.name == "race"
+
+
+async def test_the_cli_lists_shows_and_removes(client: DelayClient, settings: Settings) -> None:
+    await client.schedule_recurring(
+        "daily", "reports", {"r": 1}, cron="30 2 * * *", tz="Europe/Berlin"
+    )
+    await client.schedule_recurring("often", "pings", 1, every=90, missed="skip")
+    listed = await cli(settings, "recurring", "list")
+    assert listed.returncode == 0, listed.stderr
+    daily, often = listed.stdout.splitlines()
+    assert daily.startswith("daily  topic reports  cron '30 2 * * *' Europe/Berlin  next 20")
+    assert "missed fire_once  generation 1" in daily
+    assert often.startswith("often  topic pings  every 90s  next ") and "missed skip" in often
+    shown = await cli(settings, "recurring", "show", "often")
+    assert shown.returncode == 0 and '"every_s": 90.0' in shown.stdout
+
+    removed = await cli(settings, "recurring", "remove", "often")
+    assert (removed.returncode, removed.stdout.strip()) == (0, "removed often")
+    again = await cli(settings, "recurring", "remove", "often")
+    assert again.returncode == 1 and "no recurring schedule often" in again.stderr
+    assert [s.name for s in await client.recurring()] == ["daily"]
+    with_removed = await cli(settings, "recurring", "list", "--removed", "--json")
+    assert with_removed.returncode == 0 and '"removed": true' in with_removed.stdout
+    usage = await cli(settings, "recurring", "remove")
+    assert usage.returncode == 2 and "give a NAME" in usage.stderr
+    bad = await cli(settings, "recurring", "remove", "no such")
+    assert bad.returncode == 1 and "name 'no such' must be" in bad.stderr

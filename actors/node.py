@@ -194,7 +194,7 @@ class Node:
         reconciler = Reconciler(s, self.mysql, scripts, held, reconcile_queue)
         filler = Filler(s, scripts, self.mysql, held)
         outbox = Outbox(s, scripts, self.mysql, held)
-        recurring = RecurringTicks(s, self.mysql, held)
+        recurring = RecurringTicks(s, scripts, self.mysql, held)
         sampler = Sampler(s, redis, self.keys, self.mysql, producer, held)
         retention = Retention(s, self.mysql, held)
 

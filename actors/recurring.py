@@ -8,16 +8,19 @@ recurring_lookahead_ms / 2 (migration 005), and for each, in one transaction
 
 * moves the schedule's cursor (`next_tick`, the first tick not made yet) on to the
   first tick due more than the lookahead from now, with a compare-and-set on the cursor
-  and the definition's generation, and only if the row's epoch is not newer than this
-  node's epoch of the slot, which it records (fencing: once a node that took the slot
-  later has made ticks, the earlier owner cannot);
+  and the definition's generation, recording this node's epoch of the slot;
 * writes each tick in between as a job whose id is derived from the schedule and the
   tick (cluster/tick_ids.py), with an outbox row: the outbox actor of the node owning
-  the tick's own slot adds it to Redis within outbox_poll_ms (actors/outbox.py).
+  the tick's own slot adds it to Redis within outbox_poll_ms (actors/outbox.py);
+* commits only while the slot's owner key in Redis carries this node's epoch, read
+  after those writes (fencing, as every owner script is fenced): a node that lost the
+  slot rolls back and drops it.
 
 So each tick is one job: the cursor moves once per tick, and should two nodes make the
-same tick during a hand-off, they write the same row (one job per id; the later
-compare-and-set finds the cursor moved and rolls its transaction back). A node killed
+same tick during a hand-off (one that lost the slot between its fence check and its
+commit), they write the same row (one job per id; the later compare-and-set finds the
+cursor moved and rolls its transaction back). Correctness rests on the ids and the
+cursor; the fence only stops a node that lost the slot from working on it. A node killed
 before its commit wrote nothing, and the slot's next owner makes those ticks; killed
 after it, the ticks are jobs with outbox rows, added by whichever node owns their slots.
 Ticks made ahead keep firing while the schedule's slot changes hands, so a hand-off
@@ -40,6 +43,7 @@ from cluster.config import Settings
 from cluster.jobs import now_ms
 from cluster.mysql_store import MySQLStore
 from cluster.recurring_store import RecurringSchedule, RecurringStore
+from cluster.scripts import Scripts
 from cluster.ticks import plan
 
 log = logging.getLogger(__name__)
@@ -48,12 +52,19 @@ log = logging.getLogger(__name__)
 PAGE = 500
 
 
+class _Fenced(Exception):
+    """The slot's owner key carries another epoch: roll the transaction back."""
+
+
 class RecurringTicks(Actor):
     name = "recurring"
 
-    def __init__(self, settings: Settings, mysql: MySQLStore, ownership: Ownership) -> None:
+    def __init__(
+        self, settings: Settings, scripts: Scripts, mysql: MySQLStore, ownership: Ownership
+    ) -> None:
         super().__init__()
         self.settings = settings
+        self.scripts = scripts
         self.store = RecurringStore(mysql)
         self.ownership = ownership
         # Read by the metrics endpoint and node stats.
@@ -105,11 +116,18 @@ class RecurringTicks(Actor):
             now + self.settings.recurring_lookahead_ms,
             definition.missed,
         )
-        async with self.store.transaction() as (conn, cur):
-            done = await self.store.make_ticks(conn, cur, schedule, epoch, made.ticks, made.cursor)
-        if not done:
-            await self._not_made(schedule, epoch)
+        try:
+            async with self.store.transaction() as (conn, cur):
+                done = await self.store.make_ticks(
+                    conn, cur, schedule, epoch, made.ticks, made.cursor
+                )
+                if done and await self._owner_epoch(schedule.slot) != epoch:
+                    raise _Fenced
+        except _Fenced:
+            self.ownership.lost(schedule.slot, epoch)
             return False
+        if not done:
+            return False  # another node or a client changed it: the next round reads it
         self.made_total += len(made.ticks)
         if made.missed_from is not None:
             self.missed_total += made.missed
@@ -125,10 +143,7 @@ class RecurringTicks(Actor):
             )
         return True
 
-    async def _not_made(self, schedule: RecurringSchedule, epoch: int) -> None:
-        """The compare-and-set found the row changed: by a node holding the slot with a
-        newer epoch (this node is fenced: it stops working on the slot), or by a
-        client or another round (the next round reads it again)."""
-        current = await self.store.get(schedule.name)
-        if current is not None and current.epoch > epoch:
-            self.ownership.lost(schedule.slot, epoch)
+    async def _owner_epoch(self, slot: int) -> int:
+        """The epoch in the slot's owner key in Redis (lua/take.lua writes it)."""
+        value = await self.scripts.redis.get(self.scripts.keys.slot(slot).owner)
+        return int(value or 0)

@@ -65,7 +65,7 @@ class RecurringSchedule:
     removed: bool
     next_tick_ms: int | None  # the first tick not made into a job yet; None: no more
     last_tick_ms: int | None  # the last tick made into a job
-    epoch: int  # the slot epoch of the node that last made ticks
+    epoch: int  # the slot epoch of the node that last made ticks (for operators)
     created_ms: int
     modified_ms: int
 
@@ -306,16 +306,14 @@ class RecurringStore:
         cursor_ms: int | None,
     ) -> bool:
         """In the caller's transaction: move the schedule's cursor from where `schedule`
-        read it to cursor_ms, recording this node's epoch, and write `ticks` as jobs.
-        Nothing is written, and False returned, when the row changed meanwhile (another
-        node made these ticks, the client redefined or removed it) or carries a newer
-        epoch than this node's (fenced)."""
+        read it to cursor_ms, recording the maker's slot epoch, and write `ticks` as
+        jobs. Nothing is written, and False returned, when the row changed meanwhile
+        (another node made these ticks, the client redefined or removed it)."""
         assert schedule.next_tick_ms is not None
         changed = await cur.execute(
             f"UPDATE {self.table_of(schedule.name)} SET next_tick = %s,"
             " last_tick = COALESCE(%s, last_tick), epoch = %s"
-            " WHERE name = %s AND generation = %s AND removed = 0 AND next_tick = %s"
-            " AND epoch <= %s",
+            " WHERE name = %s AND generation = %s AND removed = 0 AND next_tick = %s",
             (
                 _time_or_none(cursor_ms),
                 _time_or_none(ticks[-1] if ticks else None),
@@ -323,7 +321,6 @@ class RecurringStore:
                 schedule.name,
                 schedule.generation,
                 ms_to_datetime(schedule.next_tick_ms),
-                epoch,
             ),
         )
         if not changed:

@@ -4,9 +4,9 @@
 -- tick's job id is derived from the name, the generation and the tick's time
 -- (cluster/tick_ids.py), so a tick is one job whoever makes it. next_tick is the cursor:
 -- the first tick not made into a job yet; a node moves it on with a compare-and-set in
--- the transaction that writes the ticks' job and outbox rows, and only with an epoch of
--- the slot at least the one recorded (fencing). A removed schedule keeps its row, so a
--- name added again starts a new generation and its ticks new job ids.
+-- the transaction that writes the ticks' job and outbox rows, while the slot's owner key
+-- in Redis carries its epoch (fencing), and records that epoch. A removed schedule keeps
+-- its row, so a name added again starts a new generation and its ticks new job ids.
 -- {recurring} is replaced by each shard's fully qualified schedule table name.
 
 CREATE TABLE IF NOT EXISTS {recurring} (

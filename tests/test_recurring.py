@@ -11,9 +11,13 @@ from typing import Any
 import pytest
 
 from actors.node import Node
+from actors.ownership import HeldSlots
+from actors.recurring import RecurringTicks
 from cluster import DelayClient, InvalidJob
 from cluster.config import Settings
 from cluster.contract import JobStatus
+from cluster.keys import slot_of
+from cluster.scripts import Scripts
 from cluster.tick_ids import tick_job_id
 from tests.conftest import Collector
 from tests.test_cli import cli
@@ -232,3 +236,38 @@ async def test_the_cli_lists_shows_and_removes(client: DelayClient, settings: Se
     assert usage.returncode == 2 and "give a NAME" in usage.stderr
     bad = await cli(settings, "recurring", "remove", "no such")
     assert bad.returncode == 1 and "name 'no such' must be" in bad.stderr
+
+
+async def test_a_node_that_lost_the_slot_makes_no_ticks(
+    settings: Settings, scripts: Scripts, topic: str
+) -> None:
+    """The actor commits ticks only while the slot's owner key carries its epoch: one
+    holding epoch 1 after another node took the slot with epoch 2 writes nothing and
+    drops the slot; with the current epoch it makes the ticks and records the epoch."""
+    short = settings.replace(recurring_lookahead_ms=2000, recurring_poll_ms=500)
+    async with DelayClient(short) as client:
+        await client.schedule_recurring("fenced", topic, 1, every=1)
+        before = await client.get_recurring("fenced")
+        assert before is not None and before.next_tick_ms is not None
+        slot = slot_of("fenced", settings.slots)
+        held = HeldSlots()
+        held.hold(slot, 1)
+        assert await scripts.take(slot, 2)
+        actor = RecurringTicks(
+            short.replace(recurring_lookahead_ms=4000), scripts, client.mysql, held
+        )
+        assert await actor.make(before) is False
+        assert not held.owns(slot)
+        assert await client.get_recurring("fenced") == before
+        assert await client.get(tick_job_id("fenced", 1, before.next_tick_ms)) is None
+
+        held.hold(slot, 2)
+        assert await actor.make(before) is True
+        after = await client.get_recurring("fenced")
+        assert after is not None and after.epoch == 2
+        assert after.next_tick_ms is not None and after.next_tick_ms > before.next_tick_ms
+        made = await client.get(tick_job_id("fenced", 1, before.next_tick_ms))
+        assert made is not None and made.status == JobStatus.PENDING
+        # The same schedule as read before is stale now: nothing more is made from it.
+        assert await actor.make(before) is False
+        assert held.owns(slot)

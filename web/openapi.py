@@ -13,6 +13,7 @@ from typing import Any
 from cluster.client import MAX_BATCH
 from cluster.config import Settings
 from cluster.jobs import BIZ_ID_MAX_CHARS, BIZ_TYPE_MAX_CHARS, JOB_ID_MAX_CHARS, MAX_ATTEMPTS_LIMIT
+from cluster.tick_ids import RECURRING_PREFIX
 from web.api import DEAD_LIST_MAX, DEAD_SELECTION_MAX, ROUTES, Route
 from web.auth import GRANTS, Permission
 from web.problems import KINDS
@@ -64,8 +65,12 @@ SCHEMAS: dict[str, Any] = {
             "delay": _nullable("number", minimum=0, description="seconds from now"),
             "at": {"oneOf": [*_TIME["oneOf"], {"type": "null"}]},
             "job_id": {
-                "oneOf": [_JOB_ID, {"type": "null"}],
-                "description": "your key; generated when absent",
+                "oneOf": [
+                    {**_JOB_ID, "not": {"pattern": f"^{RECURRING_PREFIX}"}},
+                    {"type": "null"},
+                ],
+                "description": "your key; generated when absent. Not starting with "
+                f"{RECURRING_PREFIX} (the ids of recurring schedules' ticks)",
             },
             "biz_id": _nullable("string", minLength=1, maxLength=BIZ_ID_MAX_CHARS, **_TEXT),
             "biz_type": _nullable("string", minLength=1, maxLength=BIZ_TYPE_MAX_CHARS, **_TEXT),

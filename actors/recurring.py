@@ -133,12 +133,13 @@ class RecurringTicks(Actor):
             self.missed_total += made.missed
             log.warning(
                 "recurring %s: ticks from %d to %d ms were not made into jobs in time (no "
-                "node made them); %s: %d of them will never fire",
+                "node made them); missed=%s: %d%s of them will never fire",
                 schedule.name,
                 made.missed_from,
                 made.missed_until,
-                f"missed={definition.missed}",
+                definition.missed,
                 made.missed,
+                "" if made.missed_all_counted else " or more",
                 extra={"slot": schedule.slot},
             )
         return True

@@ -19,7 +19,7 @@ from cluster.jobs import InvalidJob, Job, check_own_job_id, validate_job
 from cluster.recurring import validate_recurring
 from cluster.rows import JobRecord
 from cluster.tick_ids import parse_tick_id, tick_job_id
-from cluster.ticks import Cadence, Missed, plan
+from cluster.ticks import MISSED_COUNT_LIMIT, Cadence, Missed, plan
 
 BERLIN = ZoneInfo("Europe/Berlin")
 SETTINGS = Settings()
@@ -198,13 +198,13 @@ def test_a_round_makes_the_ticks_within_the_lookahead() -> None:
 
 def test_missed_ticks_fire_once() -> None:
     """An hour without any node: the last missed tick fires, once, then the schedule
-    goes on; the 3,599 others never fire."""
+    goes on; the 3,599 others never fire (counted up to MISSED_COUNT_LIMIT)."""
     hour = 3_600_000
     made = plan(EVERY_S, 1_000, now_ms=1_000 + hour + 500, until_ms=1_000 + hour + 3_000,
                 missed=Missed.FIRE_ONCE)  # fmt: skip
     assert made.ticks == [hour + 1_000, hour + 2_000, hour + 3_000]
     assert made.cursor == hour + 4_000
-    assert made.missed == 3_600
+    assert (made.missed, made.missed_all_counted) == (MISSED_COUNT_LIMIT - 1, False)
     assert (made.missed_from, made.missed_until) == (1_000, 1_000 + hour + 500)
 
 
@@ -213,7 +213,11 @@ def test_missed_ticks_skipped() -> None:
     made = plan(EVERY_S, 1_000, now_ms=1_000 + hour + 500, until_ms=1_000 + hour + 3_000,
                 missed=Missed.SKIP)  # fmt: skip
     assert made.ticks == [hour + 2_000, hour + 3_000]
-    assert made.missed == 3_601
+    assert made.missed == MISSED_COUNT_LIMIT
+    few = plan(EVERY_S, 1_000, now_ms=5_500, until_ms=8_000, missed=Missed.SKIP)
+    assert (few.ticks, few.missed, few.missed_all_counted) == ([6_000, 7_000], 5, True)
+    once = plan(EVERY_S, 1_000, now_ms=5_500, until_ms=8_000, missed=Missed.FIRE_ONCE)
+    assert (once.ticks, once.missed, once.missed_all_counted) == ([5_000, 6_000, 7_000], 4, True)
 
 
 def test_missed_daily_cron_fires_the_last_missed_day_only() -> None:

@@ -90,6 +90,8 @@ def record_json(record: JobRecord) -> dict[str, Any]:
         "last_error": record.last_error,
         "created_ms": record.created_ms,
         "modified_ms": record.modified_ms,
+        "recurring": record.recurring,
+        "tick_ms": record.tick_ms,
     }
 
 

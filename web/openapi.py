@@ -162,6 +162,8 @@ SCHEMAS: dict[str, Any] = {
             "last_error": _nullable("string"),
             "created_ms": {"type": "integer"},
             "modified_ms": {"type": "integer"},
+            "recurring": _nullable("string", description="the recurring schedule of a tick"),
+            "tick_ms": _nullable("integer", description="the time of that tick"),
             "history": {"type": "array", "items": _ref("HistoryEntry")},
         },
     },

@@ -31,7 +31,11 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import (
+    ElementClickInterceptedException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
@@ -113,32 +117,40 @@ class Page:
         await self.run(lambda: self.driver.get(f"{self.base}/{fragment}"))
         await self.find("body[data-ready='true']")
 
-    async def until(self, condition: Callable[[WebDriver], T | None], what: str) -> T:
-        """Wait (up to WAIT_S) until condition returns something truthy; returns it."""
+    async def until(
+        self,
+        condition: Callable[[WebDriver], T | None],
+        what: str,
+        also_ignoring: tuple[type[Exception], ...] = (),
+    ) -> T:
+        """Wait (up to WAIT_S) until condition returns something other than None or False;
+        returns it. Each try runs whole in the thread, so an element it finds is used before the
+        page can replace it (a re-rendered table); a try whose element went stale or is
+        not there yet is tried again."""
         wait = WebDriverWait(
             self.driver,
             WAIT_S,
             poll_frequency=0.1,
-            ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
+            ignored_exceptions=(
+                NoSuchElementException,
+                StaleElementReferenceException,
+                *also_ignoring,
+            ),
         )
 
-        def check(driver: WebDriver) -> T | bool:
-            return condition(driver) or False
+        def check(driver: WebDriver) -> tuple[T] | bool:
+            result = condition(driver)
+            return False if result is None or result is False else (result,)
 
-        result: Any = await self.run(lambda: wait.until(check, message=f"waiting for {what}"))
-        return result  # type: ignore[no-any-return]
+        found = await self.run(lambda: wait.until(check, message=f"waiting for {what}"))
+        assert isinstance(found, tuple)
+        result: T = found[0]
+        return result
 
     async def find(self, css: str) -> WebElement:
         return await self.until(
             lambda d: d.find_element(By.CSS_SELECTOR, css), f"an element {css!r}"
         )
-
-    async def visible(self, css: str) -> WebElement:
-        def shown(d: WebDriver) -> WebElement | None:
-            element = d.find_element(By.CSS_SELECTOR, css)
-            return element if element.is_displayed() else None
-
-        return await self.until(shown, f"{css!r} to be shown")
 
     async def all(self, css: str) -> list[WebElement]:
         return await self.run(lambda: self.driver.find_elements(By.CSS_SELECTOR, css))
@@ -146,16 +158,30 @@ class Page:
     async def attributes(self, css: str, name: str) -> list[str]:
         """An attribute (or property, such as textContent) of every element css finds."""
 
-        def read() -> list[str]:
-            elements = self.driver.find_elements(By.CSS_SELECTOR, css)
+        def read(d: WebDriver) -> list[str]:
+            elements = d.find_elements(By.CSS_SELECTOR, css)
             return [element.get_attribute(name) or "" for element in elements]
 
-        return await self.run(read)
+        return await self.until(read, f"the {name} of {css!r}")
 
     async def text(self, css: str) -> str:
         """An element's text content (also of a hidden element)."""
-        element = await self.find(css)
-        return await self.run(lambda: element.get_attribute("textContent") or "")
+        return await self.until(
+            lambda d: d.find_element(By.CSS_SELECTOR, css).get_attribute("textContent") or "",
+            f"the text of {css!r}",
+        )
+
+    async def shown(self, css: str) -> bool:
+        [shown] = await self.until(
+            lambda d: [d.find_element(By.CSS_SELECTOR, css).is_displayed()], f"{css!r}"
+        )
+        return shown
+
+    async def enabled(self, css: str) -> bool:
+        [enabled] = await self.until(
+            lambda d: [d.find_element(By.CSS_SELECTOR, css).is_enabled()], f"{css!r}"
+        )
+        return enabled
 
     async def until_text(self, css: str, wanted: str | re.Pattern[str]) -> str:
         """Wait until the text of css contains `wanted` (or matches it); returns the text."""
@@ -168,13 +194,27 @@ class Page:
         return await self.until(check, f"{css!r} to show {wanted!r}")
 
     async def click(self, css: str) -> None:
-        element = await self.visible(css)
-        await self.run(element.click)
+        """Click the element once it is shown and enabled (and nothing covers it)."""
+
+        def press(d: WebDriver) -> bool | None:
+            element = d.find_element(By.CSS_SELECTOR, css)
+            if not (element.is_displayed() and element.is_enabled()):
+                return None
+            element.click()
+            return True
+
+        await self.until(press, f"{css!r} to click", (ElementClickInterceptedException,))
 
     async def fill(self, css: str, text: str) -> None:
-        element = await self.visible(css)
-        await self.run(element.clear)
-        await self.run(lambda: element.send_keys(text))
+        def type_in(d: WebDriver) -> bool | None:
+            element = d.find_element(By.CSS_SELECTOR, css)
+            if not element.is_displayed():
+                return None
+            element.clear()
+            element.send_keys(text)
+            return True
+
+        await self.until(type_in, f"{css!r} to type in")
 
     async def script(self, source: str, *args: object) -> Any:
         return await self.run(lambda: self.driver.execute_script(source, *args))
@@ -413,12 +453,12 @@ async def test_job_lookup_shows_fields_payload_history_and_cancels_after_confirm
         record = await client.get(job_id)
         assert record is not None and record.status == JobStatus.CANCELLED
         await page.until_text("[data-testid=job-status]", "cancelled")
-        assert not await page.run(lambda: driver.find_element(By.ID, "job-cancel").is_enabled())
+        assert not await page.enabled("#job-cancel")
 
         # An unknown id: the problem's detail.
         await page.open("#jobs/nobody%2Fhere")
         await page.until_text("[data-testid=job-message]", "no job 'nobody/here'")
-        assert not await page.run(lambda: driver.find_element(By.ID, "job-result").is_displayed())
+        assert not await page.shown("#job-result")
 
 
 async def test_dead_letters_replay_and_purge_only_after_confirming(
@@ -532,9 +572,7 @@ async def test_token_protected_server_asks_for_a_token_and_shows_403(
             assert await page.script("return sessionStorage.getItem('delayq.token')") == VIEWER
             await page.open("#dead-letters")
             await page.until_text("[data-testid=dead-count]", "1 dead")
-            assert await page.run(
-                lambda: driver.find_element(By.ID, "token-dialog").get_attribute("open") is None
-            )
+            await page.dialog("token-dialog", False)
             # ... but may not replay: the dialog, then the 403, and the job stays dead.
             await page.click("[data-testid=dead-replay]")
             await page.dialog("confirm-dialog", True)

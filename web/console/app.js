@@ -39,6 +39,7 @@ function route() {
     else link.removeAttribute("aria-current");
   }
   if (name !== "cluster") cluster.stop();
+  byId("updated").hidden = name !== "cluster"; // the cluster's figures' time
   const changed = current !== name;
   current = name;
   if (name === "cluster") cluster.start();

@@ -21,7 +21,7 @@ export function niceStep(max, ticks = 4) {
   return 10 * power;
 }
 
-function pathOf(times, values, x, y) {
+function pathOf(times, values, x, y, gapMs) {
   let d = "";
   let drawing = false;
   const dots = [];
@@ -31,11 +31,13 @@ function pathOf(times, values, x, y) {
       drawing = false;
       continue;
     }
+    if (i > 0 && times[i] - times[i - 1] > gapMs) drawing = false; // nobody sampled then
     const px = x(times[i]).toFixed(1);
     const py = y(value).toFixed(1);
     d += `${drawing ? "L" : "M"}${px} ${py}`;
+    const next = i + 1 < times.length ? values[i + 1] : null;
     const alone =
-      !drawing && (i + 1 >= times.length || values[i + 1] === null || values[i + 1] === undefined);
+      !drawing && (next === null || next === undefined || times[i + 1] - times[i] > gapMs);
     if (alone) dots.push([px, py]);
     drawing = true;
   }
@@ -48,8 +50,9 @@ function pathOf(times, values, x, y) {
  *   series: [{name, cls, values}], values aligned with times (null: no value)
  *   format: a value → its text (axis labels and the readout)
  *   readout: an element showing the values under the pointer
+ *   gapMs:  points further apart than this are not joined (the sampler was idle)
  */
-export function drawChart(element, { times, series, format, readout }) {
+export function drawChart(element, { times, series, format, readout, gapMs = Infinity }) {
   const width = Math.max(element.clientWidth || 0, 200);
   const height = Math.max(element.clientHeight || 0, 120);
   element.setAttribute("viewBox", `0 0 ${width} ${height}`);
@@ -87,7 +90,7 @@ export function drawChart(element, { times, series, format, readout }) {
 
   let drawn = 0;
   series.forEach((s) => {
-    const { d, dots } = pathOf(times, s.values, x, y);
+    const { d, dots } = pathOf(times, s.values, x, y, gapMs);
     if (d) {
       drawn += 1;
       parts.push(svg("path", { class: `series ${s.cls}`, d, "data-series": s.name }));

@@ -82,7 +82,7 @@ document.addEventListener("visibilitychange", () => {
 });
 
 window.addEventListener("resize", () => {
-  if (latest && running) drawCharts(latest.points || []);
+  if (latest && running) drawCharts(latest.points || [], latest.interval_s);
 });
 
 // ----- rendering -----------------------------------------------------------------------
@@ -92,7 +92,7 @@ function render(data) {
   const snapshot = data.snapshot;
   if (!snapshot) {
     say(message, `The cluster's figures are unavailable: ${data.error || "no sample yet"}.`, "error");
-    drawCharts(data.points || []);
+    drawCharts(data.points || [], data.interval_s);
     return;
   }
   if (data.error) {
@@ -109,7 +109,7 @@ function render(data) {
 
   const owners = ownerIndex(snapshot.members);
   renderTiles(snapshot);
-  drawCharts(points);
+  drawCharts(points, data.interval_s);
   renderMembers(snapshot, owners);
   renderTopics(snapshot);
   renderSlots(snapshot, owners);
@@ -125,7 +125,8 @@ function renderTiles(s) {
   const owned = s.slot_status.filter((slot) => slot.owner && s.members.some((m) => m.member === slot.owner)).length;
   const hasWindow = s.window_s > 0;
   byId("t-members").textContent = count(s.members.length);
-  setTile("t-slots", `${count(owned)} / ${count(s.slots)}`, owned < s.slots ? "warn" : "");
+  setTile("t-slots", count(owned), owned < s.slots ? "warn" : "");
+  byId("t-slots-of").textContent = `of ${count(s.slots)}`;
   byId("t-rate").textContent = hasWindow ? rate(s.fire_rate) : "–";
   byId("t-p50").textContent = millis(s.p50_ms);
   byId("t-p99").textContent = millis(s.p99_ms);
@@ -139,18 +140,20 @@ function renderTiles(s) {
 function setTile(id, text, kind) {
   const element = byId(id);
   element.textContent = text;
-  element.parentElement.classList.toggle("warn", kind === "warn");
-  element.parentElement.classList.toggle("bad", kind === "bad");
+  element.closest(".tile").classList.toggle("warn", kind === "warn");
+  element.closest(".tile").classList.toggle("bad", kind === "bad");
 }
 
-function drawCharts(points) {
+function drawCharts(points, intervalS) {
   const times = points.map((p) => p.at_ms);
+  const gapMs = 3 * 1000 * (intervalS || DEFAULT_INTERVAL_S);
   const column = (name) => points.map((p) => (p[name] === undefined ? null : p[name]));
   drawChart(byId("chart-rate"), {
     times,
     series: [{ name: "fired/s", cls: "s0", values: column("fire_rate") }],
     format: rate,
     readout: byId("chart-rate-readout"),
+    gapMs,
   });
   drawChart(byId("chart-lateness"), {
     times,
@@ -160,6 +163,7 @@ function drawCharts(points) {
     ],
     format: millis,
     readout: byId("chart-lateness-readout"),
+    gapMs,
   });
   drawChart(byId("chart-depth"), {
     times,
@@ -171,6 +175,7 @@ function drawCharts(points) {
     ],
     format: count,
     readout: byId("chart-depth-readout"),
+    gapMs,
   });
 }
 

@@ -5,11 +5,12 @@
 
 import { call, deadPath } from "./api.js";
 import { confirmChange, explainFailure } from "./dialogs.js";
-import { byId, count, fillRows, h, pretty, say, utc } from "./dom.js";
+import { byId, count, fillRows, h, pretty, say, utc, utcSeconds } from "./dom.js";
 
 let listed = []; // the dead jobs on screen
 let total = 0; // how many there are in all (of the topic loaded)
 let loadedTopic = ""; // the topic the list was loaded with ("" for all)
+let openId = null; // the dead job shown beside the list
 const selected = new Set();
 
 const ACTIONS = {
@@ -46,9 +47,7 @@ export function setUp() {
   byId("dead-purge-selected").addEventListener("click", () => act("purge", { job_ids: [...selected] }));
   byId("dead-replay-all").addEventListener("click", () => act("replay", everything()));
   byId("dead-purge-all").addEventListener("click", () => act("purge", everything()));
-  byId("dead-detail-close").addEventListener("click", () => {
-    byId("dead-detail").hidden = true;
-  });
+  byId("dead-detail-close").addEventListener("click", closeOne);
 }
 
 export function show() {
@@ -102,7 +101,7 @@ function render() {
     });
     return h(
       "tr",
-      { "data-testid": "dead-row", "data-job-id": job.job_id },
+      { "data-testid": "dead-row", "data-job-id": job.job_id, class: job.job_id === openId ? "current" : "" },
       h("td", { class: "check" }, box),
       h(
         "td",
@@ -110,9 +109,9 @@ function render() {
         h("button", { type: "button", class: "link mono", "data-testid": "dead-show", on: { click: () => showOne(job.job_id) } }, job.job_id),
       ),
       h("td", { class: "mono" }, job.topic),
-      h("td", { class: "mono nowrap" }, utc(job.died_ms)),
+      h("td", { class: "mono nowrap", title: `${utc(job.died_ms)} UTC` }, utcSeconds(job.died_ms)),
       h("td", { class: "num" }, job.attempts === null ? "–" : count(job.attempts)),
-      h("td", { class: "error-text clip", title: job.last_error || "" }, job.last_error ?? "–"),
+      h("td", { class: "error-text clip col-error", title: job.last_error || "" }, job.last_error ?? "–"),
       h(
         "td",
         { class: "actions" },
@@ -182,10 +181,7 @@ async function act(kind, selection) {
   if (!selection.job_ids) selected.clear();
   await load();
   say(message, `${action.done} ${plural(n)}.`, "ok");
-  const detail = byId("dead-detail");
-  if (!detail.hidden && (!selection.job_ids || ids.includes(byId("dead-title").textContent))) {
-    detail.hidden = true;
-  }
+  if (openId !== null && (!selection.job_ids || ids.includes(openId))) closeOne();
 }
 
 async function showOne(jobId) {
@@ -209,15 +205,35 @@ async function showOne(jobId) {
   byId("dead-record").textContent = pretty(job.record);
   const history = job.history.map((row) =>
     h(
-      "tr",
+      "li",
       {},
-      h("td", { class: "mono" }, utc(Date.parse(row.at))),
-      h("td", {}, h("span", { class: `badge status-${row.status}` }, row.status)),
-      h("td", { class: "num" }, row.attempt === null ? "–" : String(row.attempt)),
-      h("td", { class: "mono" }, row.node ?? "–"),
-      h("td", { class: "wrap" }, row.note ?? ""),
+      h(
+        "div",
+        { class: "when" },
+        h("span", { class: "mono" }, utc(Date.parse(row.at))),
+        h("span", { class: `badge status-${row.status}` }, row.status),
+        row.attempt === null ? "" : h("span", {}, `attempt ${row.attempt}`),
+        row.node ? h("span", { class: "mono" }, row.node) : "",
+      ),
+      row.note ? h("div", { class: "note" }, row.note) : "",
     ),
   );
-  fillRows(byId("dead-history").tBodies[0], history, "no change recorded in MySQL yet");
+  byId("dead-history").replaceChildren(
+    ...(history.length ? history : [h("li", { class: "empty" }, "no change recorded in MySQL yet")]),
+  );
   byId("dead-detail").hidden = false;
+  openId = job.job_id;
+  markOpen();
+}
+
+function closeOne() {
+  byId("dead-detail").hidden = true;
+  openId = null;
+  markOpen();
+}
+
+function markOpen() {
+  for (const row of byId("dead-list").tBodies[0].rows) {
+    row.classList.toggle("current", openId !== null && row.dataset.jobId === openId);
+  }
 }

@@ -100,9 +100,11 @@ export function millis(value) {
 }
 
 export function seconds(value) {
-  if (value < 60) return `${ONE_DECIMAL.format(value)} s`;
-  if (value < 3600) return `${Math.floor(value / 60)} min ${Math.round(value % 60)} s`;
-  if (value < 86400) return `${Math.floor(value / 3600)} h ${Math.round((value % 3600) / 60)} min`;
+  if (value < 59.95) return `${ONE_DECIMAL.format(value)} s`;
+  const whole = Math.round(value);
+  if (whole < 3600) return `${Math.floor(whole / 60)} min ${whole % 60} s`;
+  const minutes = Math.round(value / 60);
+  if (minutes < 1440) return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
   return `${ONE_DECIMAL.format(value / 86400)} days`;
 }
 
@@ -110,6 +112,11 @@ export function seconds(value) {
 export function utc(ms) {
   if (ms === null || ms === undefined) return "–";
   return new Date(ms).toISOString().replace("T", " ").replace("Z", "");
+}
+
+/** Epoch milliseconds as "2026-11-24 14:47:01" (UTC), for narrow columns. */
+export function utcSeconds(ms) {
+  return utc(ms).slice(0, 19);
 }
 
 /** Epoch milliseconds as HH:MM:SS (UTC), for chart axes. */

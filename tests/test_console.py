@@ -537,6 +537,21 @@ async def test_dead_letters_replay_and_purge_only_after_confirming(
             await page.until_text("[data-testid=dead-count]", "0 dead")
             assert third not in await page.text("[data-testid=dead-list]")
 
+            # A purged job, dead in MySQL, is replayed from the job's own view.
+            before = await history(client, second)
+            await page.open(f"#jobs/{second}")
+            await page.until_text("[data-testid=job-status]", "dead")
+            await page.click("[data-testid=job-replay]")
+            await page.dialog("confirm-dialog", True)
+            await page.click("[data-testid=confirm-ok]")
+            await page.until_text("[data-testid=job-message]", "Replayed")
+
+            async def replayed_from_mysql() -> bool:
+                statuses = [status for status, _ in await history(client, second)]
+                return statuses[len(before) :][:1] == [JobStatus.PENDING]
+
+            assert await wait_for(replayed_from_mysql, timeout_s=WAIT_S)
+
 
 async def test_token_protected_server_asks_for_a_token_and_shows_403(
     driver: WebDriver, settings: Settings, topic: str

@@ -11,6 +11,7 @@ let listed = []; // the dead jobs on screen
 let total = 0; // how many there are in all (of the topic loaded)
 let loadedTopic = ""; // the topic the list was loaded with ("" for all)
 let openId = null; // the dead job shown beside the list
+let asked = 0; // the latest list asked for: an older answer arriving later is dropped
 const selected = new Set();
 
 const ACTIONS = {
@@ -67,13 +68,16 @@ export async function load() {
   const topic = byId("dead-topic").value.trim();
   const query = new URLSearchParams({ limit: byId("dead-limit").value });
   if (topic) query.set("topic", topic);
+  const mine = ++asked;
   let answer;
   try {
     answer = await call("GET", `/v1/dead-letters?${query}`);
   } catch (error) {
+    if (mine !== asked) return;
     if (await explainFailure(error, message, "Listing the dead letters")) load();
     return;
   }
+  if (mine !== asked) return;
   if (message.classList.contains("error") || message.classList.contains("warn")) say(message, "");
   listed = answer.dead_letters;
   total = answer.count;

@@ -1,5 +1,6 @@
-// The job lookup: GET /v1/jobs/{id}?history=true, and cancel (DELETE /v1/jobs/{id})
-// after a confirmation. The id travels percent-encoded (encodeURIComponent), in the
+// The job lookup: GET /v1/jobs/{id}?history=true, cancel (DELETE /v1/jobs/{id}) and,
+// for a dead job, replay (POST /v1/dead-letters/replay; also one already purged from
+// the dead-letter set, which the server replays from MySQL), each after a confirmation. The id travels percent-encoded (encodeURIComponent), in the
 // API path and in the page's address (#jobs/<id>), so any id can be linked to.
 
 import { call, jobPath } from "./api.js";
@@ -10,6 +11,7 @@ import { byId, count, fillRows, h, pretty, relative, say, utc } from "./dom.js";
 const CANCELLABLE = new Set(["pending", "firing"]);
 
 let shown = null; // the record on screen
+let asked = 0; // the latest lookup: an older answer arriving later is dropped
 
 export function setUp() {
   byId("job-form").addEventListener("submit", (event) => {
@@ -22,6 +24,7 @@ export function setUp() {
   });
   byId("job-refresh").addEventListener("click", () => shown && lookup(shown.job_id));
   byId("job-cancel").addEventListener("click", () => shown && cancel(shown));
+  byId("job-replay").addEventListener("click", () => shown && replay(shown));
 }
 
 /** The view is shown, with a job id from the address or none. */
@@ -41,10 +44,12 @@ export function refresh() {
 export async function lookup(jobId) {
   const message = byId("job-message");
   say(message, "Looking up…", "info");
+  const mine = ++asked;
   let record;
   try {
     record = await call("GET", jobPath(jobId, "?history=true"));
   } catch (error) {
+    if (mine !== asked) return;
     if (error.status === 404) {
       shown = null;
       byId("job-result").hidden = true;
@@ -52,6 +57,7 @@ export async function lookup(jobId) {
     if (await explainFailure(error, message, "Looking up the job")) lookup(jobId);
     return;
   }
+  if (mine !== asked) return;
   say(message, "");
   render(record);
 }
@@ -96,6 +102,7 @@ function render(job) {
   const cancel = byId("job-cancel");
   cancel.disabled = !CANCELLABLE.has(job.status);
   cancel.title = cancel.disabled ? `a ${job.status} job cannot be cancelled` : "";
+  byId("job-replay").hidden = job.status !== "dead";
 }
 
 async function cancel(job) {
@@ -118,4 +125,29 @@ async function cancel(job) {
   }
   await lookup(job.job_id);
   say(message, "Cancelled: the job will never fire.", "ok");
+}
+
+async function replay(job) {
+  const yes = await confirmChange({
+    title: "Replay this dead job?",
+    text:
+      `The job of topic ${job.topic} gets a new set of attempts and is due now: the node ` +
+      "owning its slot publishes it at once. A job purged from the dead-letter set is " +
+      "replayed from its MySQL row.",
+    action: "Replay the job",
+    ids: [job.job_id],
+    danger: false,
+  });
+  if (!yes) return;
+  const message = byId("job-message");
+  let answer;
+  try {
+    answer = await call("POST", "/v1/dead-letters/replay", { job_ids: [job.job_id] });
+  } catch (error) {
+    if (await explainFailure(error, message, "Replaying the job")) replay(job);
+    return;
+  }
+  await lookup(job.job_id);
+  if (answer.replayed) say(message, "Replayed: the job is due now.", "ok");
+  else say(message, "Nothing replayed: the job is no longer dead.", "warn");
 }

@@ -47,6 +47,7 @@ from actors.node import Node
 from cluster import DelayClient, JobStatus
 from cluster.config import Settings
 from devstack.browser import ensure_chromium
+from devstack.databases import create_cluster_database, drop_cluster_database
 from devstack.nodes import free_port
 from devstack.service import ServicesError
 from tests.conftest import wait_for
@@ -407,6 +408,52 @@ async def test_cluster_view_shows_members_slot_map_charts_and_topics(
         await page.click("[data-testid=slot-cell][data-slot='3']")
         fields = await page.until_text("[data-testid=slot-fields]", "owner node")
         assert any(node in fields for node in nodes)
+
+
+@contextlib.asynccontextmanager
+async def cluster_of(redis_settings: Settings, slots: int) -> AsyncIterator[Settings]:
+    """The test's settings for a cluster of `slots` slots, with its own database (the
+    slot count is fixed when a cluster's database is made)."""
+    settings = await create_cluster_database(
+        redis_settings.replace(slots=slots), f"delayq_{redis_settings.key_prefix}"
+    )
+    try:
+        yield settings
+    finally:
+        await drop_cluster_database(settings)
+
+
+async def test_cluster_view_before_the_first_node_and_a_compact_slot_map(
+    driver: WebDriver, redis_settings: Settings
+) -> None:
+    """Without a node there is no cluster yet: the view says why, and shows the cluster
+    by itself once a node joins; 256 slots are small cells, each with its figures in
+    its label and beside the map when selected."""
+    async with (
+        cluster_of(redis_settings, 256) as settings,
+        DelayClient(settings) as client,
+        console(driver, settings, client) as (page, _),
+    ):
+        await page.open()
+        await page.until_text("[data-testid=cluster-message]", "no node has joined yet")
+        async with running_node(settings, "node-a"):
+            await page.until_text("[data-testid=members]", "node-a")
+
+            def owned(d: WebDriver) -> bool:
+                cells = d.find_elements(By.CSS_SELECTOR, "[data-testid=slot-cell]")
+                return len(cells) == 256 and all(
+                    cell.get_attribute("data-owner-node") == "node-a" for cell in cells
+                )
+
+            await page.until(owned, "256 slots owned by node-a")
+            assert "compact" in (await page.attributes("#slot-map", "class"))[0]
+            await page.until_text("[data-testid=slots-owned]", "256")
+            cell = "[data-testid=slot-cell][data-slot='200']"
+            label = (await page.attributes(cell, "aria-label"))[0]
+            assert label.startswith("slot 200, owner node-a, 0 delayed")
+            await page.click(cell)
+            await page.until_text("[data-testid=slot-detail]", "Slot 200")
+            assert not await page.shown("[data-testid=cluster-message]")
 
 
 async def test_job_lookup_shows_fields_payload_history_and_cancels_after_confirming(

@@ -575,6 +575,16 @@ async def test_dead_letters_replay_and_purge_only_after_confirming(
             await page.fill("#dead-topic", refused)
             await page.click("[data-testid=dead-load]")
             await page.until_text("[data-testid=dead-count]", f"2 dead in topic {refused}")
+            # Ticked jobs: the dialog lists them (backed out of here).
+            await page.click("#dead-select-all")
+            await page.until_text("[data-testid=dead-purge-selected]", "Purge 2 selected")
+            await page.click("[data-testid=dead-purge-selected]")
+            await page.dialog("confirm-dialog", True)
+            listed = await page.attributes("[data-testid=confirm-ids] li", "textContent")
+            assert sorted(listed) == sorted([first, third])
+            await page.click("[data-testid=confirm-cancel]")
+            await page.dialog("confirm-dialog", False)
+            assert await client.count_dead(topic=refused) == 2
             await page.click("[data-testid=dead-purge-all]")
             await page.dialog("confirm-dialog", True)
             assert refused in await page.text("#confirm-title")

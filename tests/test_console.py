@@ -27,6 +27,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -46,6 +47,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from actors.node import Node
 from cluster import DelayClient, JobStatus
 from cluster.config import Settings
+from cluster.tick_ids import tick_job_id
 from devstack.browser import ensure_chromium
 from devstack.databases import create_cluster_database, drop_cluster_database
 from devstack.nodes import free_port
@@ -501,6 +503,14 @@ async def test_job_lookup_shows_fields_payload_history_and_cancels_after_confirm
         assert record is not None and record.status == JobStatus.CANCELLED
         await page.until_text("[data-testid=job-status]", "cancelled")
         assert not await page.enabled("#job-cancel")
+
+        # A tick of a recurring schedule says which schedule, and the tick's time.
+        schedule = await client.schedule_recurring("console-tick", "orders.tick", 1, every=10)
+        assert schedule.last_tick_ms is not None  # within the lookahead: a job already
+        tick = tick_job_id("console-tick", 1, schedule.last_tick_ms)
+        await page.open(f"#jobs/{quote(tick, safe='')}")
+        await page.until_text("[data-testid=job-title]", tick)
+        assert await page.text("[data-testid=job-recurring]") == "console-tick"
 
         # An unknown id: the problem's detail.
         await page.open("#jobs/nobody%2Fhere")

@@ -75,6 +75,9 @@ function render(job) {
   status.className = `badge status-${job.status}`;
   byId("job-fields").replaceChildren(
     ...field("topic", job.topic, { class: "mono", "data-testid": "job-topic" }),
+    // A tick of a recurring schedule: which schedule, and the tick's time.
+    ...(job.recurring ? field("recurring", job.recurring, { class: "mono", "data-testid": "job-recurring" }) : []),
+    ...(job.tick_ms !== null && job.tick_ms !== undefined ? field("tick", `${utc(job.tick_ms)} UTC`) : []),
     ...field("status", job.status, { "data-testid": "job-field-status" }),
     ...field("due", `${utc(job.due_ms)} UTC (${relative(job.due_ms)})`, { title: job.due }),
     ...field("attempts", `${count(job.attempts)} of ${count(job.max_attempts)}`),

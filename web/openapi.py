@@ -314,7 +314,7 @@ SCHEMAS: dict[str, Any] = {
                     "required": ["at_ms", "fire_rate", "p50_ms", "p99_ms"],
                     "properties": {
                         "at_ms": {"type": "integer"},
-                        "fire_rate": {"type": "number"},
+                        "fire_rate": _nullable("number"),
                         "p50_ms": _nullable("number"),
                         "p99_ms": _nullable("number"),
                         "delay": {"type": "integer"},

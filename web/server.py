@@ -94,8 +94,12 @@ def make_app(client: DelayClient, tokens: Tokens, stats: StatsSampler) -> web.Ap
     app.router.add_get("/", console)
     app.router.add_static("/console/", CONSOLE_DIR)
 
-    async def secure_headers(_: web.Request, response: web.StreamResponse) -> None:
+    async def secure_headers(request: web.Request, response: web.StreamResponse) -> None:
         response.headers.update(_SECURITY_HEADERS)
+        if request.path == "/" or request.path.startswith("/console/"):
+            # Revalidated on every load, so after an upgrade a browser never mixes the
+            # old release's modules with the new one's.
+            response.headers["Cache-Control"] = "no-cache"
 
     app.on_response_prepare.append(secure_headers)
     return app

@@ -31,7 +31,7 @@ IDLE_STOP_S = 300.0
 @dataclass(frozen=True)
 class Point:
     at_ms: int
-    fire_rate: float
+    fire_rate: float | None  # None until two scrapes of a node make a rate
     p50_ms: float | None
     p99_ms: float | None
     delay: int
@@ -85,7 +85,9 @@ class StatsSampler:
         self.points.append(
             Point(
                 at_ms=time.time_ns() // 1_000_000,
-                fire_rate=snapshot.fire_rate,
+                fire_rate=snapshot.fire_rate
+                if any(member.fire_rate is not None for member in snapshot.members)
+                else None,
                 p50_ms=snapshot.p50_ms,
                 p99_ms=snapshot.p99_ms,
                 delay=snapshot.delay,

@@ -17,6 +17,11 @@ local monotonic clock after the reply always ends after the due time, whatever t
 node's wall clock says. Its record's fired_ms is that reading plus the time held, never
 below due_ms.
 
+Expiry: claim.lua does not claim a job whose due time + expires_after has passed; it
+expires instead (and a failed publish whose retry would come after that expires in
+nack.lua), so a job claimed after its expiry is never published. claim reports how many
+expired, for the metrics.
+
 A claimed job whose envelope is still lean (lua/add.lua; the filler had not reached it:
 rescheduled or retried close to its time, replayed, or the filler behind or down) gets
 its tail from its MySQL row, one read for all such jobs of a round, so it fires the
@@ -117,6 +122,9 @@ class Dispatcher(Actor):
         self.unreplicated_acks = 0
         self.retried_total = 0  # failed publishes given another attempt
         self.dead_total = 0  # failed publishes that used up their attempts
+        # Jobs not published because their due time + expires_after had passed: at
+        # claim (lua/claim.lua), or when a failed publish's retry would come after it.
+        self.expired_total = 0
         self.tails_loaded_total = 0  # lean jobs whose tail was read from MySQL at claim
         self.released_total = 0  # lean jobs put back because MySQL did not answer
         # Metrics, filled a round at a time (actors/histogram.py): records the broker
@@ -222,7 +230,8 @@ class Dispatcher(Actor):
                 failed.append(claim)
                 self.scanner.retry_later(slot, int(RETRY_AFTER_ERROR_S * 1000))
                 continue
-            now_ms, claimed = claim
+            now_ms, claimed = claim.now_ms, claim.jobs
+            self.expired_total += claim.expired
             if claimed:
                 moved_ms = self.scanner.moved_ms.get(slot, now_ms)
                 self.claim_lag.observe((), max(now_ms - moved_ms, 0) / 1000, len(claimed))
@@ -495,6 +504,7 @@ class Dispatcher(Actor):
             self.failed_total += len(job_ids)
             self.retried_total += result.retried
             self.dead_total += result.dead
+            self.expired_total += result.expired
             if result.earliest_due_ms != NO_TIME:
                 self.scanner.wake(slot, result.earliest_due_ms)
 

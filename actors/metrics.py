@@ -46,6 +46,7 @@ METRIC_NAMES = frozenset(
         "delayq_publish_failures_total",
         "delayq_jobs_retried_total",
         "delayq_jobs_dead_total",
+        "delayq_jobs_expired_total",
         "delayq_fenced_total",
         "delayq_jobs_readded_total",
         "delayq_jobs_loaded_total",
@@ -117,6 +118,12 @@ def _counters(p: NodeParts) -> Iterator[Metric]:
         p.reaper.dead_total + p.dispatcher.dead_total,
     )
     yield _counter(
+        "delayq_jobs_expired",
+        "Jobs not published because their due time + expires_after had passed (EXPIRED): "
+        "claimed too late, or a failed attempt's retry would have come too late.",
+        p.dispatcher.expired_total + p.reaper.expired_total,
+    )
+    yield _counter(
         "delayq_fenced",
         "Script runs Redis refused because another node took the slot (epoch fencing).",
         p.held.fenced_total,
@@ -158,7 +165,7 @@ def _counters(p: NodeParts) -> Iterator[Metric]:
     yield restarts
     deleted = CounterMetricFamily(
         "delayq_retention_deleted",
-        "Rows of fired and cancelled jobs deleted by retention.",
+        "Rows of fired, cancelled and expired jobs deleted by retention.",
         labels=["table"],
     )
     deleted.add_metric(["jobs"], p.retention.deleted_jobs_total)

@@ -35,6 +35,7 @@ class RetryReaper(Actor):
         self.scanner = scanner
         self.retried_total = 0
         self.dead_total = 0
+        self.expired_total = 0  # timed out, and a retry would come after their expiry
 
     def timers(self) -> list[tuple[float, Tick]]:
         return [(self.settings.reap_interval_ms / 1000, self.reap_owned)]
@@ -76,16 +77,18 @@ class RetryReaper(Actor):
                 if isinstance(result, SlotFailed):
                     failures.append(result)  # its Redis node is in trouble: next tick
                     continue
-                if result.retried or result.dead:
+                if result.retried or result.dead or result.expired:
                     log.info(
-                        "slot %d: %d in-flight job(s) timed out, %d retried, %d dead",
+                        "slot %d: %d in-flight job(s) timed out, %d retried, %d dead, %d expired",
                         slot,
-                        result.retried + result.dead,
+                        result.retried + result.dead + result.expired,
                         result.retried,
                         result.dead,
+                        result.expired,
                     )
                     self.retried_total += result.retried
                     self.dead_total += result.dead
+                    self.expired_total += result.expired
                 if result.earliest_due_ms != NO_TIME:
                     self.scanner.wake(slot, result.earliest_due_ms)
                 if result.more:

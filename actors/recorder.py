@@ -1,4 +1,5 @@
-"""recorder: applies each slot's outcome journal (fired, retrying, dead) to MySQL.
+"""recorder: applies each slot's outcome journal (fired, retrying, dead, expired,
+replayed) to MySQL.
 
 The ack and retry scripts append outcomes to a journal list in Redis, atomically with
 the state change, so nothing is lost when the node dies or MySQL is down: the
@@ -22,6 +23,9 @@ RETRY_AFTER_ERROR_S = 1.0
 
 
 _STATUS_OF = {str(int(status)).encode(): status for status in JobStatus}
+# Outcomes whose Redis marker (acked, expired) lasts until recorded, then
+# marker_retention_ms (lua/trim_journal.lua).
+_MARKED = (JobStatus.FIRED, JobStatus.EXPIRED)
 
 
 def parse_entry(entry: bytes, slot: int) -> Outcome:
@@ -90,7 +94,7 @@ class Recorder(Actor):
                         slot: (
                             epochs[slot],
                             len(outcomes),
-                            [o.job_id for o in outcomes if o.status == JobStatus.FIRED],
+                            [o.job_id for o in outcomes if o.status in _MARKED],
                         )
                         for slot, outcomes in by_slot.items()
                     },

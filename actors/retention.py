@@ -1,4 +1,4 @@
-"""retention: deletes the old fired and cancelled jobs of the slots this node owns.
+"""retention: deletes the old fired, cancelled and expired jobs of the slots this node owns.
 
 Every retention_interval_s, the jobs of owned slots whose row last changed more than
 retention_days ago go, with their history, in batches of retention_batch
@@ -76,7 +76,7 @@ class Retention(Actor):
             return
         if this_pass.jobs:
             log.info(
-                "retention: deleted %d fired or cancelled job(s) and %d history row(s) "
+                "retention: deleted %d fired, cancelled or expired job(s) and %d history row(s) "
                 "older than %s",
                 this_pass.jobs,
                 this_pass.history,

@@ -9,6 +9,7 @@ stores both producers and nodes use, and the `delayq` command line.
 The node runtime (the actors that fire jobs) is the package `actors`.
 """
 
+from cluster.changes import CancelResult, ChangeResult, ChangeStatus, RescheduleResult
 from cluster.client import (
     DeadJob,
     DelayClient,
@@ -24,6 +25,9 @@ from cluster.jobs import InvalidJob, Job
 from cluster.mysql_store import JobRecord
 
 __all__ = [
+    "CancelResult",
+    "ChangeResult",
+    "ChangeStatus",
     "ConfigError",
     "DeadJob",
     "DelayClient",
@@ -35,6 +39,7 @@ __all__ = [
     "RecurringSchedule",
     "RedisStepFailed",
     "ReplicationUnconfirmed",
+    "RescheduleResult",
     "Settings",
     "StoreUnavailable",
 ]

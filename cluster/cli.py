@@ -8,6 +8,7 @@
     delayq recover                       re-add to Redis the pending jobs it lost
     delayq dead list|show|replay|purge   the dead-letter set
     delayq recurring list|show|remove    recurring schedules
+    delayq expired [--topic T]           jobs that expired (not published in time)
     delayq get JOB_ID                    show a job's durable record
     delayq cancel JOB_ID                 cancel a job
 
@@ -18,6 +19,7 @@ DELAYQ_CONFIG or --config; see docs/configuration.md.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import logging
 import os
 import sys
@@ -123,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
         help="database schema and retention",
         description="migrate: apply to every shard, in order, the schema/NNN_*.sql "
         "migrations the database has not recorded yet (idempotent). prune: delete the "
-        "fired and cancelled jobs last changed more than --older-than AGE ago (on the "
+        "fired, cancelled and expired jobs last changed more than --older-than AGE ago (on the "
         "MySQL server's clock), with their history, in every shard and slot, in batches "
         "of retention_batch, one short transaction each (what nodes do every "
         "retention_interval_s for retention_days), and print how many rows went "
@@ -285,9 +287,24 @@ def _parser() -> argparse.ArgumentParser:
         "--removed", action="store_true", help="with list: also the removed schedules"
     )
 
+    expired = commands.add_parser(
+        "expired",
+        help="jobs that expired: not published by their due time + expires_after",
+        description="List the jobs that expired, the most recent first, with their due "
+        "time, expires_after and why (MySQL's records, status expired; retention deletes "
+        "them like fired and cancelled jobs). An expired job is not replayed: schedule it "
+        "again if it is still wanted.",
+    )
+    expired.add_argument("--topic", help="only jobs of this topic")
+    expired.add_argument(
+        "--limit", type=_positive_int, default=100, help="at most this many (>= 1)"
+    )
     get = commands.add_parser("get", help="print a job's durable record as JSON")
     get.add_argument("job_id")
-    cancel = commands.add_parser("cancel", help="cancel a job; exit 0 if it will never fire")
+    cancel = commands.add_parser(
+        "cancel",
+        help="cancel a job; exit 0 if it will never fire, 1 and the reason if it was not cancelled",
+    )
     cancel.add_argument("job_id")
     return parser
 
@@ -376,6 +393,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(_dead(settings, args))
         if args.command == "recurring":
             return _run(_recurring(settings, args))
+        if args.command == "expired":
+            return _run(_expired(settings, args.topic, args.limit))
         if args.command == "get":
             return _run(_get(settings, args.job_id))
         if args.command == "cancel":
@@ -445,7 +464,7 @@ async def _prune(settings: Settings, older_than_s: float, dry_run: bool) -> int:
         return 1
     verb = "would delete" if dry_run else "deleted"
     print(
-        f"{verb} {pruned.jobs} fired or cancelled job(s) and {pruned.history} history "
+        f"{verb} {pruned.jobs} fired, cancelled or expired job(s) and {pruned.history} history "
         f"row(s) older than {age_text(older_than_s)}"
     )
     return 0
@@ -650,13 +669,51 @@ async def _get(settings: Settings, job_id: str) -> int:
     return 0
 
 
+async def _expired(settings: Settings, topic: str | None, limit: int) -> int:
+    from cluster.client import DelayClient
+
+    async with DelayClient(settings) as client:
+        listed = await client.expired_jobs(topic=topic, limit=limit)
+        count = await client.count_expired(topic=topic)
+    for job in listed:
+        print(
+            f"{shown(job.job_id)}  topic {shown(job.topic)}  due {_iso(job.due_ms)}  "
+            f"expires_after {(job.expires_after_ms or 0) / 1000:g}s  "
+            f"expired {_iso(job.modified_ms)}  attempts {job.attempts}  "
+            f"why {shown(job.last_error)}"
+        )
+    print(f"{count} expired job(s){'' if topic is None else f' of topic {shown(topic)}'}")
+    return 0
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+
+
+# What `delayq cancel` prints when the job was not cancelled.
+_NOT_CANCELLED = {
+    "not_found": "no such job",
+    "in_flight": "it is being published right now (it will fire)",
+    "dead": "it is dead (in the dead letters)",
+    "expired": "it expired (never published)",
+}
+
+
 async def _cancel(settings: Settings, job_id: str) -> int:
     from cluster.client import DelayClient
 
     async with DelayClient(settings) as client:
-        cancelled = await client.cancel(job_id)
-    print("cancelled" if cancelled else "not cancelled (unknown, fired, dead or firing now)")
-    return 0 if cancelled else 1
+        result = await client.cancel(job_id)
+    if result:
+        print("cancelled")
+        return 0
+    if result.status == "already_fired":
+        when = "" if result.fired_ms is None else f" at {_iso(result.fired_ms)}"
+        attempt = "" if result.attempt is None else f" (attempt {result.attempt})"
+        print(f"not cancelled: it has fired{when}{attempt}")
+    else:
+        print(f"not cancelled: {_NOT_CANCELLED[result.status]}")
+    return 1
 
 
 if __name__ == "__main__":

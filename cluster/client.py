@@ -23,11 +23,12 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import pymysql
 import redis.exceptions
 
+from cluster.changes import CancelResult, ChangeResult, ChangeStatus, RescheduleResult
 from cluster.config import Settings
 from cluster.contract import WAITING_STATUSES, AddCode, ChangeCode, JobStatus
 from cluster.dead_letters import DeadJob, DeadLetters
@@ -36,6 +37,7 @@ from cluster.jobs import (
     Job,
     ValidJob,
     check_job_id,
+    check_topic,
     due_ms_of,
     now_ms,
     validate,
@@ -48,6 +50,8 @@ from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import NewJob, NotReplicated, Scripts, SlotsFailed
 
 __all__ = [
+    "CancelResult",
+    "ChangeStatus",
     "DeadJob",
     "DelayClient",
     "InvalidJob",
@@ -57,6 +61,7 @@ __all__ = [
     "OutcomeUnknown",
     "RecurringSchedule",
     "RedisStepFailed",
+    "RescheduleResult",
     "Scheduled",
     "StoreMismatch",
     "StoreUnavailable",
@@ -105,6 +110,9 @@ _WAITING_PARAMS = tuple(int(status) for status in WAITING_STATUSES)
 MAX_BATCH = 100_000
 # Pauses before adding again a job whose add met a cancel's tombstone (_add_refused_again).
 REFUSED_RETRY_PAUSES_S = (0.01, 0.05, 0.15, 0.3)
+# Pauses before trying a cancel or reschedule again when the job changed state under it
+# (a tombstone of a concurrent cancel refused the reschedule's add, for one).
+CHANGE_RETRY_PAUSES_S = REFUSED_RETRY_PAUSES_S
 # Pauses before adding again the jobs of slots whose Redis node failed (a Redis Cluster
 # master failing over): about as long as a failover takes with cluster-node-timeout 2 s.
 FAILED_SLOT_RETRY_PAUSES_S = (0.1, 0.3, 0.6, 1.0, 2.0)
@@ -118,6 +126,21 @@ LEAN_MARGIN_MS = 1000
 _NOT_REACHABLE_HERE = (1146, 1142, 1044, 1049)
 # What a MySQL connection that cannot be made or broke raises.
 _UNREACHABLE = (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError)
+
+
+_Result = TypeVar("_Result", bound=ChangeResult)
+# The answer when the Redis step found the job beyond change.
+_REFUSED_BY = {
+    ChangeCode.IN_FLIGHT: ChangeStatus.IN_FLIGHT,
+    ChangeCode.DEAD: ChangeStatus.DEAD,
+    ChangeCode.EXPIRED: ChangeStatus.EXPIRED,
+}
+# The answer when MySQL holds the job in a final status.
+_ANSWER_OF_STATUS = {
+    JobStatus.CANCELLED: ChangeStatus.CANCELLED,
+    JobStatus.DEAD: ChangeStatus.DEAD,
+    JobStatus.EXPIRED: ChangeStatus.EXPIRED,
+}
 
 
 @dataclass(frozen=True)
@@ -200,11 +223,14 @@ class DelayClient:
         biz_id: str | None = None,
         biz_type: str | None = None,
         max_attempts: int | None = None,
+        expires_after: float | None = None,
     ) -> str:
         """Schedule one job; returns its job_id. The same job_id twice is one job.
 
         Give exactly one of delay (seconds from now) or at (an aware datetime or epoch
-        seconds). A due time in the past fires at once.
+        seconds). A due time in the past fires at once. With expires_after (seconds),
+        the job is never published later than that after its due time: if it could not
+        be published by then, it ends EXPIRED instead.
         """
         job = validate(
             topic=topic,
@@ -216,6 +242,7 @@ class DelayClient:
             biz_type=biz_type,
             max_attempts=max_attempts,
             settings=self.settings,
+            expires_after=expires_after,
         )
         await self._store([job], keyed={job.job_id} if job_id is not None else set())
         return job.job_id
@@ -414,7 +441,9 @@ class DelayClient:
             if row is None:
                 if job.due_ms < horizon_end:
                     tail = job.tail if job.due_ms <= lean_after else b""
-                    by_slot[slot].append(NewJob(job.job_id, job.due_ms, job.max_attempts, tail))
+                    by_slot[slot].append(
+                        NewJob(job.job_id, job.due_ms, job.max_attempts, tail, job.expires_after_ms)
+                    )
             elif row.status in WAITING_STATUSES and row.due_ms < horizon_end:
                 by_slot[slot].append(NewJob.from_record(row))
         if by_slot:
@@ -482,43 +511,61 @@ class DelayClient:
 
     # ----- cancel / reschedule / get -------------------------------------------------
 
-    async def cancel(self, job_id: str) -> bool:
-        """Cancel a job. True guarantees it never fires; False if unknown, already
-        fired, dead, or being published at this moment."""
+    async def cancel(self, job_id: str) -> CancelResult:
+        """Cancel a job. The result is true (status CANCELLED) when the job will never
+        fire, also when it was cancelled before; otherwise its status says why not:
+        NOT_FOUND, ALREADY_FIRED (with fired_ms and attempt when recorded), IN_FLIGHT
+        (being published: it fires), DEAD or EXPIRED."""
         job_id = check_job_id(job_id)
         slot = slot_of(job_id, self.settings.slots)
+        for pause_s in (*CHANGE_RETRY_PAUSES_S, None):
+            result = await self._cancel_once(job_id, slot)
+            if result is not None:
+                return result
+            if pause_s is not None:
+                await asyncio.sleep(pause_s)
+        raise OutcomeUnknown(
+            f"cancel of {job_id!r}: the job kept changing state while it was cancelled "
+            "(scheduled, replayed or fired meanwhile); calling cancel again is safe",
+            [job_id],
+        )
+
+    async def _cancel_once(self, job_id: str, slot: int) -> CancelResult | None:
+        """One try of cancel(); None when the job changed state under it (try again)."""
         doubt: NotReplicated | None = None
         try:
             redis_step = await self.scripts.cancel(slot, job_id, self.settings.marker_retention_ms)
         except NotReplicated as exc:
             redis_step, doubt = exc.result, exc
         if redis_step.code not in (ChangeCode.CHANGED, ChangeCode.ABSENT):
-            return False  # in flight, dead or fired
+            return await self._refused(CancelResult, job_id, redis_step.code)
         # A tombstone now refuses a late add of it (e.g. a schedule still on its way).
         changed = await self.mysql.set_status(
             job_id, JobStatus.CANCELLED, slot, from_statuses=_WAITING_PARAMS
         )
         if changed or redis_step.code == ChangeCode.CHANGED:
-            return _confirmed("cancel", job_id, doubt)
+            _check_confirmed("cancel", job_id, doubt)
+            return CancelResult(job_id, ChangeStatus.CANCELLED)
         # Not in Redis, and MySQL has no waiting row of it (none at all, or one fired,
-        # cancelled or dead): nothing is cancelled, so the tombstone has nothing to guard
-        # and would only refuse a schedule (or dead-letter replay) of this id for
-        # marker_retention_ms, which then fired that much late. Interleavings with a
-        # schedule S of the id (S1: its MySQL commit, S2: its Redis add), this cancel
-        # being C1: tombstone, C2: the UPDATE above, C3: untomb:
+        # cancelled, dead or expired): nothing is cancelled, so the tombstone has
+        # nothing to guard and would only refuse a schedule (or dead-letter replay) of
+        # this id for marker_retention_ms, which then fired that much late.
+        # Interleavings with a schedule S of the id (S1: its MySQL commit, S2: its Redis
+        # add), this cancel being C1: tombstone, C2: the UPDATE above, C3: untomb:
         # - S1 before C2: C2 found the row and cancelled it; we are not here, and the
         #   tombstone refuses S2 if it comes after C1 (S2 before C1: C1 removed the job).
         #   This is the race the tombstone exists for, and it stays closed.
-        # - S1 after C2: the cancel returns False (the job did not exist yet) and S's
-        #   job must fire. S2 after C3 adds it. S2 before C3 is refused, and S adds it
-        #   again once C3 took the tombstone back (_add_refused_again).
+        # - S1 after C2: the job did not exist yet when C2 ran. S2 after C3 adds it. S2
+        #   before C3 is refused, and S adds it again once C3 took the tombstone back
+        #   (_add_refused_again). The row read below is then waiting, and the cancel is
+        #   tried again, now with the job there.
         # Untomb takes back only this cancel's tombstone and restores the one it
         # replaced: a concurrent cancel that did cancel the row keeps its own.
         await self.scripts.untomb(slot, job_id, redis_step)
-        record = await self.mysql.get(job_id)
-        if record is None or record.status != JobStatus.CANCELLED:
-            return False
-        return _confirmed("cancel", job_id, doubt)
+        result = await self._answer_of_row(CancelResult, job_id, await self.mysql.get(job_id))
+        if result:
+            _check_confirmed("cancel", job_id, doubt)
+        return result
 
     async def reschedule(
         self,
@@ -526,12 +573,36 @@ class DelayClient:
         *,
         delay: float | None = None,
         at: dt.datetime | float | None = None,
-    ) -> bool:
-        """Give a job that has not fired a new due time. False if unknown, fired,
-        cancelled, dead, or being published at this moment."""
+    ) -> RescheduleResult:
+        """Give a job that has not fired a new due time (its expiry, if it has one, moves
+        with it). The result is true (status RESCHEDULED, due_ms the new time) when the
+        job fires at the new time; otherwise its status says why not: NOT_FOUND,
+        CANCELLED, ALREADY_FIRED (with fired_ms and attempt when recorded), IN_FLIGHT
+        (being published: it fires at its old time), DEAD or EXPIRED."""
         job_id = check_job_id(job_id)
         due_ms = due_ms_of(delay, at, self.settings)
         slot = slot_of(job_id, self.settings.slots)
+        for pause_s in (*CHANGE_RETRY_PAUSES_S, None):
+            result = await self._reschedule_once(job_id, slot, due_ms)
+            if result is not None:
+                return result
+            if pause_s is not None:
+                await asyncio.sleep(pause_s)
+        raise OutcomeUnknown(
+            f"reschedule of {job_id!r}: Redis refuses to add the job, which MySQL has "
+            "waiting with its new due time: a cancel of it is under way, or one failed "
+            "before MySQL recorded it (then the job comes back after marker_retention_ms "
+            "and fires at the new time); get() tells which, and calling reschedule again "
+            "is safe",
+            [job_id],
+        )
+
+    async def _reschedule_once(
+        self, job_id: str, slot: int, due_ms: int
+    ) -> RescheduleResult | None:
+        """One try of reschedule(); None when the job changed state under it or a
+        tombstone refused its add (try again)."""
+        done = RescheduleResult(job_id, ChangeStatus.RESCHEDULED, due_ms=due_ms)
         doubt: NotReplicated | None = None
         try:
             code, _ = await self.scripts.reschedule(slot, job_id, due_ms)
@@ -539,27 +610,65 @@ class DelayClient:
             (code, _), doubt = exc.result, exc
         if code == ChangeCode.CHANGED:
             await self.mysql.set_due(job_id, due_ms, slot)
-            return _confirmed("reschedule", job_id, doubt)
+            _check_confirmed("reschedule", job_id, doubt)
+            return done
         if code != ChangeCode.ABSENT:
-            return False  # in flight, dead or fired
+            return await self._refused(RescheduleResult, job_id, code)
         # Not in Redis: its add may still be on the way, or Redis lost it. If MySQL says
         # it is pending, record the new time and (re)add it; a concurrent add then
         # finds it present and changes nothing.
         if not await self.mysql.set_due(job_id, due_ms, slot):
-            return False
+            return await self._answer_of_row(RescheduleResult, job_id, await self.mysql.get(job_id))
         row = await self.mysql.get(job_id)
         if row is None or row.status not in WAITING_STATUSES:
-            return False
+            return await self._answer_of_row(RescheduleResult, job_id, row)
         if due_ms >= now_ms() + self.settings.redis_horizon_ms:
-            return True  # beyond the horizon: the owning node loads it in time
+            return done  # beyond the horizon: the owning node loads it in time
         _, [added] = await self.scripts.add(slot, [NewJob.from_record(row)])
-        if added == AddCode.PRESENT:  # added meanwhile, perhaps with the old time
-            try:
-                code, _ = await self.scripts.reschedule(slot, job_id, due_ms)
-            except NotReplicated as exc:
-                (code, _), doubt = exc.result, exc
-            return code == ChangeCode.CHANGED and _confirmed("reschedule", job_id, doubt)
-        return added == AddCode.ADDED
+        if added == AddCode.ADDED:
+            return done
+        if added == AddCode.REFUSED:
+            # A tombstone (a cancel deciding) or the marker of a fire a moment ago.
+            return None
+        # Added meanwhile, perhaps with the old time.
+        try:
+            code, _ = await self.scripts.reschedule(slot, job_id, due_ms)
+        except NotReplicated as exc:
+            (code, _), doubt = exc.result, exc
+        if code == ChangeCode.CHANGED:
+            _check_confirmed("reschedule", job_id, doubt)
+            return done
+        if code == ChangeCode.ABSENT:
+            return None  # gone again: cancelled or fired meanwhile
+        return await self._refused(RescheduleResult, job_id, code)
+
+    async def _refused(self, kind: type[_Result], job_id: str, code: ChangeCode) -> _Result:
+        """The answer when the Redis step found the job beyond change (lua/cancel.lua,
+        lua/reschedule.lua)."""
+        if code == ChangeCode.FIRED:
+            return await self._fired(kind, job_id, None)
+        return kind(job_id, _REFUSED_BY[code])
+
+    async def _answer_of_row(
+        self, kind: type[_Result], job_id: str, row: JobRecord | None
+    ) -> _Result | None:
+        """The answer MySQL gives when Redis did not hold the job; None when the row is
+        waiting after all (it was scheduled or replayed meanwhile: try again)."""
+        if row is None:
+            return kind(job_id, ChangeStatus.NOT_FOUND)
+        if row.status == JobStatus.FIRED:
+            return await self._fired(kind, job_id, row)
+        if row.status in WAITING_STATUSES:
+            return None
+        return kind(job_id, _ANSWER_OF_STATUS[row.status])
+
+    async def _fired(self, kind: type[_Result], job_id: str, row: JobRecord | None) -> _Result:
+        """ALREADY_FIRED, with the time and attempt of the fire the node recorded."""
+        fired = await self.mysql.fired_at(job_id)
+        if fired is not None:
+            return kind(job_id, ChangeStatus.ALREADY_FIRED, fired_ms=fired[0], attempt=fired[1])
+        attempt = row.attempts if row is not None and row.attempts else None
+        return kind(job_id, ChangeStatus.ALREADY_FIRED, attempt=attempt)
 
     async def get(self, job_id: str) -> JobRecord | None:
         """The durable record of a job (status, due time, attempts), or None.
@@ -568,6 +677,25 @@ class DelayClient:
         the few milliseconds until its node records it.
         """
         return await self.mysql.get(check_job_id(job_id))
+
+    # ----- expired jobs ------------------------------------------------------------------
+
+    async def expired_jobs(self, *, topic: str | None = None, limit: int = 100) -> list[JobRecord]:
+        """Jobs that expired (not published by their due time + expires_after), the most
+        recent first: their MySQL records, status EXPIRED, last_error saying why. MySQL
+        alone keeps them (retention deletes them after retention_days, like fired and
+        cancelled jobs); an expired job is not replayed: schedule it again if need be."""
+        if topic is not None:
+            check_topic(topic)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidJob(f"limit must be an int >= 1, got {limit!r}")
+        return await self.mysql.expired_page(topic, limit)
+
+    async def count_expired(self, *, topic: str | None = None) -> int:
+        """How many jobs are expired (of one topic), as MySQL records them."""
+        if topic is not None:
+            check_topic(topic)
+        return await self.mysql.count_expired(topic)
 
     # ----- dead letters (cluster/dead_letters.py) -------------------------------------
 
@@ -699,12 +827,11 @@ def _first_of_each_id(jobs: list[ValidJob]) -> list[ValidJob]:
     return unique
 
 
-def _confirmed(change: str, job_id: str, doubt: NotReplicated | None) -> bool:
-    """True for a change the replicas confirmed; raises ReplicationUnconfirmed if not."""
+def _check_confirmed(change: str, job_id: str, doubt: NotReplicated | None) -> None:
+    """Raises ReplicationUnconfirmed for a change the replicas did not confirm."""
     if doubt is not None:
         raise ReplicationUnconfirmed(
             f"{change} of {job_id!r} is done, but {doubt}: a Redis failover now could "
             f"undo it; calling {change} again is safe and confirms it",
             [job_id],
         )
-    return True

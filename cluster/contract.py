@@ -23,6 +23,7 @@ class JobStatus(IntEnum):
     FIRED = 2
     CANCELLED = 3
     DEAD = 4
+    EXPIRED = 5  # not published by its due time + expires_after: never will be
 
 
 # Statuses of a job that has not fired yet and may still fire.
@@ -47,6 +48,7 @@ class ChangeCode(IntEnum):
     IN_FLIGHT = -2  # being published right now: too late
     DEAD = -3  # in the dead-letter set
     FIRED = -4  # fired (its MySQL status may not be recorded yet)
+    EXPIRED = -5  # expired (its MySQL status may not be recorded yet)
 
 
 @unique
@@ -156,5 +158,6 @@ def lua_include() -> str:
 
 
 def sql_status_comment() -> str:
-    """The status column's comment in schema/001_jobs.sql, without its asides."""
+    """The status column's comment in the schema (its latest definition, in
+    schema/006_expiry.sql), without its asides."""
     return ", ".join(f"{int(s)} {s.name.lower()}" for s in JobStatus)

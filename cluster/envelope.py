@@ -1,7 +1,10 @@
 """The bytes a job carries through Redis, and the fired record built from them.
 
 Stored envelope: b"<seq>|<max_attempts>|<due_ms>|<tail>" (the Lua scripts read the
-header); tail: b"<topic>|<key hash>|<key length>|<key><record json>". The record json
+header), where a job with expires_after carries b"<max_attempts>:<expires_after_ms>" in
+the second field (attempts_field), so that the envelope of a job without it is the same
+bytes as before expiry existed; tail: b"<topic>|<key hash>|<key length>|<key><record
+json>". The record json
 is the fired record without due_ms, fired_ms and attempt; the dispatcher appends those
 by splicing bytes, so firing a job never parses or re-serialises its payload. The key
 hash is Kafka's murmur2 of the key, computed once when the job is scheduled rather than
@@ -75,6 +78,14 @@ def make_tail(
     fields["payload"] = orjson.Fragment(payload_json)
     record = orjson.dumps(fields)
     return b"%s|%d|%d|%s%s" % (topic.encode(), murmur2(key), len(key), key, record)
+
+
+def attempts_field(max_attempts: int, expires_after_ms: int | None) -> int | str:
+    """The envelope's second field: max_attempts, with ":<expires_after_ms>" appended
+    for a job that expires (lua/includes/common.lua reads it)."""
+    if expires_after_ms is None:
+        return max_attempts
+    return f"{max_attempts}:{expires_after_ms}"
 
 
 def is_lean(envelope: bytes) -> bool:

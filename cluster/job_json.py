@@ -92,6 +92,9 @@ def record_json(record: JobRecord) -> dict[str, Any]:
         "modified_ms": record.modified_ms,
         "recurring": record.recurring,
         "tick_ms": record.tick_ms,
+        "expires_after": None
+        if record.expires_after_ms is None
+        else record.expires_after_ms / 1000,
     }
 
 

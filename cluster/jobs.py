@@ -51,6 +51,7 @@ class Job:
     biz_id: str | None = None
     biz_type: str | None = None
     max_attempts: int | None = None
+    expires_after: float | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class ValidJob:
     due_ms: int
     max_attempts: int
     payload_json: bytes
+    expires_after_ms: int | None = None  # not published after due_ms + this
 
     @property
     def tail(self) -> bytes:
@@ -241,6 +243,22 @@ def due_ms_of(delay: object, at: object, settings: Settings, now: int | None = N
     return max(due, 0)
 
 
+def check_expires_after(value: object, settings: Settings) -> int | None:
+    """expires_after (seconds after the due time, more than 0 and at most max_delay_s)
+    in ms, at least 1; None when not given."""
+    if value is None:
+        return None
+    seconds = _finite_number("expires_after", value)
+    if not seconds > 0:
+        raise InvalidJob(f"expires_after must be more than 0 seconds, got {value!r}")
+    if seconds > settings.max_delay_s:
+        raise InvalidJob(
+            f"expires_after must be at most max_delay_s={settings.max_delay_s:g} seconds, "
+            f"got {value!r}"
+        )
+    return max(round(seconds * 1000), 1)
+
+
 def validate(
     *,
     topic: object,
@@ -253,6 +271,7 @@ def validate(
     max_attempts: object,
     settings: Settings,
     now: int | None = None,
+    expires_after: object = None,
 ) -> ValidJob:
     """Check every argument of one job; raise InvalidJob naming the first bad one."""
     topic = check_allowed_topic(check_topic(topic), settings)
@@ -268,6 +287,7 @@ def validate(
     ):
         raise InvalidJob(f"max_attempts must be an int in 1..{MAX_ATTEMPTS_LIMIT}")
     due = due_ms_of(delay, at, settings, now)
+    expires_after_ms = check_expires_after(expires_after, settings)
     try:
         payload_json = orjson.dumps(payload)
     except TypeError as exc:
@@ -300,6 +320,7 @@ def validate(
         due_ms=due,
         max_attempts=max_attempts,
         payload_json=payload_json,
+        expires_after_ms=expires_after_ms,
     )
 
 
@@ -328,6 +349,7 @@ def validate_job(job: Job | Mapping[str, Any], settings: Settings, now: int) -> 
             "biz_id": job.biz_id,
             "biz_type": job.biz_type,
             "max_attempts": job.max_attempts,
+            "expires_after": job.expires_after,
         }
     elif isinstance(job, Mapping):
         unknown = set(job) - JOB_KEYS
@@ -342,5 +364,15 @@ def validate_job(job: Job | Mapping[str, Any], settings: Settings, now: int) -> 
 
 
 JOB_KEYS = frozenset(
-    ("topic", "payload", "delay", "at", "job_id", "biz_id", "biz_type", "max_attempts")
+    (
+        "topic",
+        "payload",
+        "delay",
+        "at",
+        "job_id",
+        "biz_id",
+        "biz_type",
+        "max_attempts",
+        "expires_after",
+    )
 )

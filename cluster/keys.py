@@ -18,6 +18,9 @@ Per slot:
                   lua/includes/common.lua)
   acked     zset  fired job ids → +inf until recorded in MySQL, then when the marker
                   expires; cancel, reschedule and add check it
+  expired   zset  expired job ids (not published by due time + expires_after) → +inf
+                  until recorded in MySQL, then when the marker expires; cancel and
+                  reschedule check it
   owner     string the slot's current ownership epoch (fencing token; lua/take.lua):
                   a script called with another answers ErrorCode.FENCED
 """
@@ -41,6 +44,7 @@ SLOT_KEY_NAMES = (
     "done",
     "acked",
     "owner",
+    "expired",
 )
 
 
@@ -70,6 +74,7 @@ class SlotKeys:
     done: str
     acked: str
     owner: str
+    expired: str
 
 
 class KeySpace:

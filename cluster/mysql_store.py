@@ -37,9 +37,10 @@ __all__ = ["CommitUnknown", "JobRecord", "MySQLStore", "Outcome", "SchemaError",
 _FIRED = str(int(JobStatus.FIRED))
 _PENDING_FIELD = f",{int(JobStatus.PENDING)},"  # the status value of an inserted row
 _WAITING = sql.int_list(WAITING_STATUSES)  # not fired yet: pending or retrying
-# A fired outcome applies to a dead row too: a job the reaper buried whose publish was
-# acked late.
-_FIREABLE = sql.int_list((*WAITING_STATUSES, JobStatus.DEAD))
+# A fired outcome applies to a dead or expired row too: a job the reaper buried or
+# expired whose publish was acked late.
+_FIREABLE = sql.int_list((*WAITING_STATUSES, JobStatus.DEAD, JobStatus.EXPIRED))
+_EXPIRED = str(int(JobStatus.EXPIRED))
 
 
 class CommitUnknown(RuntimeError):
@@ -298,18 +299,19 @@ class MySQLStore:
                 topic = topics.get(job.topic)
                 if topic is None:
                     topic = topics[job.topic] = quote(job.topic)
+                expires = job.expires_after_ms
                 yield (
                     f"({quote(job.job_id)},{topic},{quote(job.biz_id)},"
                     f"{quote(job.biz_type)}{pending}{times.of(job.due_ms)},"
                     f"{int(job.max_attempts)},{quote(job.payload_json.decode())},"
-                    f"{int(slots[i])}{stamps})"
+                    f"{int(slots[i])},{'NULL' if expires is None else int(expires)}{stamps})"
                 )
 
         for shard, indexes in by_shard.items():
             table, _ = self.shard_tables(shard)
             yield from sql.multi_row(
                 f"INSERT INTO {table} (job_id, topic, biz_id, biz_type, status, action_time,"
-                f" max_attempts, payload, slot{stamp_columns}) VALUES ",
+                f" max_attempts, payload, slot, expires_after_ms{stamp_columns}) VALUES ",
                 rows(indexes),
                 " ON DUPLICATE KEY UPDATE job_id = job_id",
             )
@@ -434,6 +436,47 @@ class MySQLStore:
             )
             return [(created, job_id, slot) for created, job_id, slot in await cur.fetchall()]
 
+    async def fired_at(self, job_id: str) -> tuple[int, int] | None:
+        """(ms, attempt) of a job's latest fire in its history, as the recorder wrote it
+        (the broker's acknowledgement, on the Redis clock); None when none is recorded."""
+        for entry in reversed(await self.history(job_id)):
+            if entry["status"] == JobStatus.FIRED:
+                return sql.datetime_to_ms(entry["at"]), int(entry["attempt"])
+        return None
+
+    async def expired_page(self, topic: str | None, limit: int) -> list[JobRecord]:
+        """The jobs that expired most recently (of one topic), newest first, at most
+        limit; walks the (status, gmt_modified) index of every shard (migration 003)."""
+        by_topic = "" if topic is None else " AND topic = %s"
+        params: tuple[Any, ...] = () if topic is None else (topic,)
+        found: list[JobRecord] = []
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            for shard in self.all_shards():
+                table, _ = self.shard_tables(shard)
+                await cur.execute(
+                    f"SELECT {JOB_COLUMNS} FROM {table} WHERE status = {_EXPIRED}{by_topic}"
+                    " ORDER BY gmt_modified DESC LIMIT %s",
+                    (*params, limit),
+                )
+                found += [record_of_row(row) for row in await cur.fetchall()]
+        found.sort(key=lambda record: (-record.modified_ms, record.job_id))
+        return found[:limit]
+
+    async def count_expired(self, topic: str | None) -> int:
+        """How many jobs are expired (of one topic), in every shard."""
+        by_topic = "" if topic is None else " AND topic = %s"
+        params: tuple[Any, ...] = () if topic is None else (topic,)
+        count = 0
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            for shard in self.all_shards():
+                table, _ = self.shard_tables(shard)
+                await cur.execute(
+                    f"SELECT COUNT(*) FROM {table} WHERE status = {_EXPIRED}{by_topic}", params
+                )
+                (counted,) = await cur.fetchone()
+                count += int(counted)
+        return count
+
     # ----- node side -----------------------------------------------------------------------
 
     async def record_outcomes(self, outcomes: Sequence[Outcome]) -> None:
@@ -461,9 +504,11 @@ class MySQLStore:
                     else:
                         others.append(o)
                 for attempt, ids in fired.items():
+                    # Attempt 0: the ack of a job the reaper had expired, which does not
+                    # know the attempt (lua/ack.lua); the row's count stands.
+                    attempts = f", attempts = {int(attempt)}" if attempt else ""
                     for statement in sql.multi_row(
-                        f"UPDATE {table} SET status = {_FIRED}, attempts = {int(attempt)}"
-                        " WHERE job_id IN (",
+                        f"UPDATE {table} SET status = {_FIRED}{attempts} WHERE job_id IN (",
                         map(quote, ids),
                         f") AND status IN ({_FIREABLE})",
                     ):
@@ -513,10 +558,10 @@ class MySQLStore:
 
 
 def _status_change(outcome: Outcome) -> tuple[int, int, str | None, str, int]:
-    """Parameters of the UPDATE for a retrying, dead or replayed outcome: status,
-    attempts, last error, job id, and the third status the row may be in besides the
-    waiting ones (pending, retrying). A replay (to pending) applies to a dead row and
-    clears the last error; retrying and dead apply only to waiting rows."""
+    """Parameters of the UPDATE for a retrying, dead, expired or replayed outcome:
+    status, attempts, last error, job id, and the third status the row may be in besides
+    the waiting ones (pending, retrying). A replay (to pending) applies to a dead row and
+    clears the last error; retrying, dead and expired apply only to waiting rows."""
     if outcome.status == JobStatus.PENDING:
         return (int(JobStatus.PENDING), outcome.attempt, None, outcome.job_id, int(JobStatus.DEAD))
     return (

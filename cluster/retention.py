@@ -1,4 +1,5 @@
-"""Retention: delete fired and cancelled jobs, with their history, once they are old.
+"""Retention: delete fired, cancelled and expired jobs, with their history, once they
+are old.
 
     pruned = await prune(mysql, older_than_s=7 * 86400, batch=1000, slots={0, 1})
     counted = await prune(mysql, older_than_s=7 * 86400, batch=1000, dry_run=True)
@@ -38,7 +39,7 @@ from cluster.sql import int_list
 
 log = logging.getLogger(__name__)
 
-FINISHED = (int(JobStatus.FIRED), int(JobStatus.CANCELLED))
+FINISHED = (int(JobStatus.FIRED), int(JobStatus.CANCELLED), int(JobStatus.EXPIRED))
 # MySQL errors after which a batch is simply tried again: InnoDB rolled it back because
 # another transaction (another node's prune, the recorder) held a row it wanted.
 LOCK_CONFLICTS = frozenset({1205, 1213})  # lock wait timeout, deadlock
@@ -74,7 +75,7 @@ def age_text(seconds: float) -> str:
 
 def check_arguments(older_than_s: float, batch: int) -> None:
     """ValueError unless the age is more than 0 (NaN is not) and the batch at least 1:
-    an age of 0 would delete every fired and cancelled job at once."""
+    an age of 0 would delete every fired, cancelled and expired job at once."""
     if not older_than_s > 0:
         raise ValueError(f"the age must be more than 0 seconds, got {older_than_s}")
     if batch < 1:
@@ -111,7 +112,7 @@ async def prune_batches(
     *,
     slots: Callable[[], Collection[int]] | None = None,
 ) -> AsyncGenerator[Pruned, None]:
-    """Delete the old fired and cancelled jobs and their history, shard by shard, one
+    """Delete the old fired, cancelled and expired jobs and their history, shard by shard, one
     committed transaction of at most `batch` jobs at a time, yielding what each batch
     deleted. slots() is asked before every batch (a node's slots change while it works;
     none left ends the run); None: every slot. ValueError for a bad age or batch."""
@@ -138,7 +139,7 @@ async def prune(
     slots: Collection[int] | None = None,
     dry_run: bool = False,
 ) -> Pruned:
-    """Delete (dry_run: count) the old fired and cancelled jobs of `slots` (None: all)
+    """Delete (dry_run: count) the old fired, cancelled and expired jobs of `slots` (None: all)
     and their history, in every shard; returns the totals."""
     check_arguments(older_than_s, batch)
     total = Pruned()

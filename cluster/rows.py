@@ -31,6 +31,7 @@ class JobRecord:
     last_error: str | None
     created_ms: int
     modified_ms: int
+    expires_after_ms: int | None = None  # never published after due_ms + this
 
     @property
     def due(self) -> dt.datetime:
@@ -49,6 +50,11 @@ class JobRecord:
         return None if tick is None else tick[2]
 
     @property
+    def expires_ms(self) -> int | None:
+        """The last moment it may be published (due_ms + expires_after_ms), or None."""
+        return None if self.expires_after_ms is None else self.due_ms + self.expires_after_ms
+
+    @property
     def tail(self) -> bytes:
         """The envelope tail of this job (cluster/envelope.py), the producer's bytes."""
         return make_tail(
@@ -58,7 +64,8 @@ class JobRecord:
 
 @dataclass(slots=True)  # not frozen: built per job, and frozen init is slower
 class Outcome:
-    """One journal entry from Redis: a job fired, is retrying, or went dead."""
+    """One journal entry from Redis: a job fired, is retrying, went dead or expired, or
+    was replayed."""
 
     job_id: str
     status: JobStatus
@@ -70,7 +77,7 @@ class Outcome:
 
 JOB_COLUMNS = (
     "job_id, topic, biz_id, biz_type, status, action_time, attempts, max_attempts, payload,"
-    " slot, last_error, gmt_create, gmt_modified"
+    " slot, last_error, gmt_create, gmt_modified, expires_after_ms"
 )
 
 
@@ -90,6 +97,7 @@ def record_of_row(row: Sequence[Any]) -> JobRecord:
         last_error,
         created,
         modified,
+        expires_after_ms,
     ) = row
     return JobRecord(
         job_id=job_id,
@@ -105,4 +113,5 @@ def record_of_row(row: Sequence[Any]) -> JobRecord:
         last_error=last_error,
         created_ms=sql.datetime_to_ms(created),
         modified_ms=sql.datetime_to_ms(modified),
+        expires_after_ms=None if expires_after_ms is None else int(expires_after_ms),
     )

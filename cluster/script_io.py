@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cluster.contract import ChangeCode
+from cluster.envelope import attempts_field
 
 if TYPE_CHECKING:
     from cluster.rows import JobRecord
@@ -21,11 +22,19 @@ class NewJob:
     due_ms: int
     max_attempts: int
     tail: bytes  # see cluster/envelope.py
+    expires_after_ms: int | None = None
 
     @classmethod
     def from_record(cls, record: JobRecord) -> NewJob:
         """What the add script needs, rebuilt from a job's MySQL row."""
-        return cls(record.job_id, record.due_ms, record.max_attempts, record.tail)
+        return cls(
+            record.job_id, record.due_ms, record.max_attempts, record.tail, record.expires_after_ms
+        )
+
+    @property
+    def attempts_field(self) -> int | str:
+        """The envelope's max-attempts field (cluster/envelope.py: attempts_field)."""
+        return attempts_field(self.max_attempts, self.expires_after_ms)
 
 
 @dataclass(slots=True)  # not frozen: built per job, and frozen init is slower
@@ -50,10 +59,11 @@ class RetryResult:
     dead: int
     earliest_due_ms: int  # NO_TIME when nothing was retried
     more: bool = False
+    expired: int = 0  # jobs whose retry would have come after due + expires_after
 
 
 @dataclass(frozen=True)
-class CancelResult:
+class CancelStep:
     """What lua/cancel.lua did, and the tombstone it set (for lua/untomb.lua)."""
 
     code: ChangeCode
@@ -61,8 +71,8 @@ class CancelResult:
     replaced_ms: int  # the unexpired score it replaced; NO_TIME when none
 
 
-def cancel_result(reply: list[Any]) -> CancelResult:
-    return CancelResult(ChangeCode(reply[0]), int(reply[1]), int(reply[2]))
+def cancel_step(reply: list[Any]) -> CancelStep:
+    return CancelStep(ChangeCode(reply[0]), int(reply[1]), int(reply[2]))
 
 
 def move_result(reply: list[Any]) -> MoveResult:
@@ -70,13 +80,19 @@ def move_result(reply: list[Any]) -> MoveResult:
 
 
 def retry_result(reply: list[Any]) -> RetryResult:
-    """The reply of nack (3 items) or reap (4, the last one `more`)."""
-    return RetryResult(
-        int(reply[0]), int(reply[1]), int(reply[2]), len(reply) > 3 and reply[3] == 1
-    )
+    """The reply of nack or reap: retried, dead, earliest due, more, expired."""
+    return RetryResult(int(reply[0]), int(reply[1]), int(reply[2]), reply[3] == 1, int(reply[4]))
 
 
-def claimed_of(reply: list[Any]) -> tuple[int, list[Claimed]]:
-    """The claim script's reply: (Redis now ms, claimed jobs)."""
-    jobs = [Claimed(reply[i], reply[i + 1], int(reply[i + 2])) for i in range(1, len(reply), 3)]
-    return int(reply[0]), jobs
+@dataclass(slots=True)
+class ClaimResult:
+    """The claim script's reply: Redis now, the jobs claimed, and how many expired."""
+
+    now_ms: int
+    jobs: list[Claimed]
+    expired: int
+
+
+def claimed_of(reply: list[Any]) -> ClaimResult:
+    jobs = [Claimed(reply[i], reply[i + 1], int(reply[i + 2])) for i in range(2, len(reply), 3)]
+    return ClaimResult(int(reply[0]), jobs, int(reply[1]))

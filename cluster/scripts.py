@@ -14,12 +14,13 @@ from cluster.contract import AddCode, ChangeCode, ReplayCode, TakeCode
 from cluster.keys import KeySpace
 from cluster.redis_conn import RedisClient
 from cluster.script_io import (
-    CancelResult,
+    CancelStep,
     Claimed,
+    ClaimResult,
     MoveResult,
     NewJob,
     RetryResult,
-    cancel_result,
+    cancel_step,
     claimed_of,
     move_result,
     retry_result,
@@ -43,7 +44,8 @@ from cluster.script_runner import (
 __all__ = [
     "ADD_CHUNK",
     "SCRIPT_NAMES",
-    "CancelResult",
+    "CancelStep",
+    "ClaimResult",
     "Claimed",
     "Fenced",
     "MoveResult",
@@ -108,7 +110,7 @@ class Scripts(ScriptRunner):
             for start in range(0, len(jobs), ADD_CHUNK):
                 args: list[Any] = [self.keys.wake_channel, slot, self.payload_lead_ms]
                 for job in jobs[start : start + ADD_CHUNK]:
-                    args += (job.job_id, job.due_ms, job.max_attempts, job.tail)
+                    args += (job.job_id, job.due_ms, job.attempts_field, job.tail)
                 calls.append((slot, [k.delay, k.jobs, k.seq, k.tomb, k.acked], args))
         results: dict[int, tuple[bool, list[AddCode]]] = {}
         failed: dict[int, SlotFailed] = {}
@@ -154,22 +156,21 @@ class Scripts(ScriptRunner):
             calls.append(
                 (
                     slot,
-                    [k.owner, k.ready, k.inflight, k.jobs, k.attempts],
+                    [k.owner, k.ready, k.inflight, k.jobs, k.attempts, k.expired, k.done],
                     [epoch, count, timeout_ms],
                 )
             )
         return calls
 
-    async def claim(
-        self, slot: int, epoch: int, count: int, timeout_ms: int
-    ) -> tuple[int, list[Claimed]]:
-        """Claim up to count ready jobs; returns (Redis now ms, claimed jobs)."""
+    async def claim(self, slot: int, epoch: int, count: int, timeout_ms: int) -> ClaimResult:
+        """Claim up to count ready jobs; returns Redis now, the jobs claimed, and how many
+        expired instead (their due time + expires_after had passed)."""
         calls = self._claim_calls([(slot, epoch)], count, timeout_ms)
         return only_reply(await self._call_many("claim", calls), claimed_of)
 
     async def claim_many(
         self, slot_epochs: list[tuple[int, int]], count: int, timeout_ms: int
-    ) -> list[tuple[int, list[Claimed]] | SlotFailed | None]:
+    ) -> list[ClaimResult | SlotFailed | None]:
         """claim for several (slot, epoch) in one round trip; None where fenced,
         SlotFailed where the run failed."""
         calls = self._claim_calls(slot_epochs, count, timeout_ms)
@@ -193,7 +194,7 @@ class Scripts(ScriptRunner):
         calls: list[Call] = []
         for slot, job_ids in job_ids_by_slot.items():
             k = self.keys.slot(slot)
-            keys = [k.inflight, k.delay, k.jobs, k.attempts, k.done, k.acked, k.dead]
+            keys = [k.inflight, k.delay, k.jobs, k.attempts, k.done, k.acked, k.dead, k.expired]
             calls.append((slot, keys, list(job_ids)))
         if self.wait_replicas:
             replies, confirmed = await self._pipelined_durable("ack", calls)
@@ -212,7 +213,17 @@ class Scripts(ScriptRunner):
 
     def _retry_keys(self, slot: int) -> list[str]:
         k = self.keys.slot(slot)
-        return [k.owner, k.inflight, k.delay, k.dead, k.jobs, k.attempts, k.seq, k.done]
+        return [
+            k.owner,
+            k.inflight,
+            k.delay,
+            k.dead,
+            k.jobs,
+            k.attempts,
+            k.seq,
+            k.done,
+            k.expired,
+        ]
 
     async def nack(
         self,
@@ -297,24 +308,29 @@ class Scripts(ScriptRunner):
         self, trims: dict[int, tuple[int, int, list[str]]], retention_ms: int
     ) -> list[Call]:
         calls: list[Call] = []
-        for slot, (epoch, count, fired_ids) in trims.items():
+        for slot, (epoch, count, done_ids) in trims.items():
             k = self.keys.slot(slot)
             calls.append(
-                (slot, [k.owner, k.done, k.acked], [epoch, count, retention_ms, *fired_ids])
+                (
+                    slot,
+                    [k.owner, k.done, k.acked, k.expired],
+                    [epoch, count, retention_ms, *done_ids],
+                )
             )
         return calls
 
     async def trim_journal(
-        self, slot: int, epoch: int, count: int, fired_ids: list[str], retention_ms: int
+        self, slot: int, epoch: int, count: int, done_ids: list[str], retention_ms: int
     ) -> None:
-        calls = self._trim_calls({slot: (epoch, count, fired_ids)}, retention_ms)
+        calls = self._trim_calls({slot: (epoch, count, done_ids)}, retention_ms)
         only_reply(await self._call_many("trim_journal", calls), int)
 
     async def trim_journals(
         self, trims: dict[int, tuple[int, int, list[str]]], retention_ms: int
     ) -> set[int]:
-        """trim_journal for several slots: slot → (epoch, entries recorded, fired job
-        ids). Returns the slots where it was fenced (nothing trimmed there)."""
+        """trim_journal for several slots: slot → (epoch, entries recorded, ids of the
+        jobs they recorded as fired or expired). Returns the slots where it was fenced
+        (nothing trimmed there)."""
         calls = self._trim_calls(trims, retention_ms)
         replies = every_reply(await self._call_many("trim_journal", calls), calls)
         return {
@@ -370,19 +386,19 @@ class Scripts(ScriptRunner):
         k = self.keys.slot(slot)
         return int(await self._call("dead_purge", [k.dead, k.jobs, k.attempts], job_ids))
 
-    async def cancel(self, slot: int, job_id: str, tomb_ms: int) -> CancelResult:
+    async def cancel(self, slot: int, job_id: str, tomb_ms: int) -> CancelStep:
         """Cancel a job in Redis; on CHANGED and ABSENT a tombstone refuses its adds for
         tomb_ms (see lua/cancel.lua)."""
         k = self.keys.slot(slot)
-        keys = [k.delay, k.inflight, k.dead, k.jobs, k.attempts, k.tomb, k.acked]
+        keys = [k.delay, k.inflight, k.dead, k.jobs, k.attempts, k.tomb, k.acked, k.expired]
         try:
             reply = await self._call_durable("cancel", slot, keys, [job_id, tomb_ms])
         except NotReplicated as exc:
-            exc.result = cancel_result(exc.result)
+            exc.result = cancel_step(exc.result)
             raise
-        return cancel_result(reply)
+        return cancel_step(reply)
 
-    async def untomb(self, slot: int, job_id: str, cancelled: CancelResult) -> bool:
+    async def untomb(self, slot: int, job_id: str, cancelled: CancelStep) -> bool:
         """Take back the tombstone of `cancelled` (lua/untomb.lua); False when it is no
         longer that cancel's."""
         args = [job_id, cancelled.tomb_ms, cancelled.replaced_ms]
@@ -391,7 +407,7 @@ class Scripts(ScriptRunner):
     async def reschedule(self, slot: int, job_id: str, due_ms: int) -> tuple[ChangeCode, bool]:
         """A new due time for a job; returns (what happened, woke the owner)."""
         k = self.keys.slot(slot)
-        keys = [k.delay, k.inflight, k.dead, k.jobs, k.seq, k.acked]
+        keys = [k.delay, k.inflight, k.dead, k.jobs, k.seq, k.acked, k.expired]
         args = [self.keys.wake_channel, slot, job_id, due_ms]
         try:
             code, woke = await self._call_durable("reschedule", slot, keys, args)

@@ -68,8 +68,11 @@ async def main() -> None:
         ]
         ids = await client.schedule_many(jobs)
         for i in (5, 17):
-            await client.cancel(ids[i])
-            print(f"cancelled order-{i}: it will never fire")
+            result = await client.cancel(ids[i])
+            if result:
+                print(f"cancelled order-{i}: it will never fire")
+            else:
+                print(f"order-{i} was not cancelled: {result.status}")
         expected = JOBS - 2
         lateness: list[float] = []
         deadline = time.monotonic() + SPREAD_S + 30

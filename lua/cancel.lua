@@ -1,12 +1,14 @@
 -- cancel: remove a job that has not fired, so it never fires.
 -- KEYS[1] delay zset   KEYS[2] inflight zset   KEYS[3] dead zset
 -- KEYS[4] jobs hash    KEYS[5] attempts hash   KEYS[6] tomb zset   KEYS[7] acked zset
+-- KEYS[8] expired zset
 -- A job already in the ready list is cancelled by deleting its envelope: claim drops
 -- ready entries without one, so the list is never searched.
 -- ARGV[1] job id   ARGV[2] tombstone lifetime ms
 -- Returns {code, tomb, before}. code: CHANGE_CHANGED (removed); CHANGE_ABSENT (not in
 -- Redis); CHANGE_IN_FLIGHT (being published now: too late); CHANGE_DEAD; CHANGE_FIRED
--- (its MySQL status may not be recorded yet). On CHANGE_CHANGED and CHANGE_ABSENT a
+-- or CHANGE_EXPIRED (its MySQL status may not be recorded yet). On CHANGE_CHANGED and
+-- CHANGE_ABSENT a
 -- tombstone (scored with its expiry time) refuses any add of the job for the lifetime
 -- given: a schedule() whose Redis step is still on its way, or the reconciler re-adding
 -- a row it read before the cancel. Past that, a job MySQL still calls pending (the
@@ -17,8 +19,8 @@
 --@include contract
 --@include common
 
-local delay, inflight, dead, jobs, attempts, tomb, acked =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local delay, inflight, dead, jobs, attempts, tomb, acked, expired =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local id = ARGV[1]
 local now = now_ms()
 local v = redis.call('HGET', jobs, id)
@@ -27,6 +29,7 @@ local before = tonumber(redis.call('ZSCORE', tomb, id) or NO_TIME)
 local expires = math.max(now + tonumber(ARGV[2]), before + 1)
 if not v then
   if redis.call('ZSCORE', acked, id) then return {CHANGE_FIRED, NO_TIME, NO_TIME} end
+  if redis.call('ZSCORE', expired, id) then return {CHANGE_EXPIRED, NO_TIME, NO_TIME} end
   redis.call('ZADD', tomb, expires, id)
   return {CHANGE_ABSENT, expires, before}
 end

@@ -1,4 +1,5 @@
--- dead_replay: give dead jobs a new full set of attempts, due now.
+-- dead_replay: give dead jobs a new full set of attempts, due now. A job keeps its due
+-- time and expiry: one replayed after its due time + expires_after expires when claimed.
 -- KEYS[1] dead zset   KEYS[2] delay zset   KEYS[3] jobs hash   KEYS[4] attempts hash
 -- KEYS[5] seq counter   KEYS[6] done list
 -- ARGV[1] wake channel   ARGV[2] slot number   ARGV[3..] job ids (at most a few hundred)
@@ -20,10 +21,8 @@ for i = 3, #ARGV do
   local v = redis.call('HGET', jobs, id)
   local code = REPLAY_NOT_DEAD
   if v and redis.call('ZREM', dead, id) == 1 then
-    local _, max_attempts, due, body_at = parse_envelope(v)
     local seq = seq_hex(reserve_seq(seq_key, 1))
-    redis.call('HSET', jobs, id, seq .. '|' .. max_attempts .. '|' .. due .. '|' ..
-      string.sub(v, body_at))
+    redis.call('HSET', jobs, id, rewrite_envelope(v, seq))
     redis.call('HDEL', attempts, id)
     redis.call('ZADD', delay, now, member_of(seq, id))
     journal(done, STATUS_PENDING, 0, now, id, 'replayed from the dead letters')

@@ -1,7 +1,7 @@
 -- release: claimed jobs whose record could not be built (their envelope is lean and
 -- MySQL, which holds the rest, did not answer) go back to the delay zset, due again
 -- after a pause, without using up an attempt and without a journal entry: nothing was
--- tried.
+-- tried. A job that expires meanwhile expires when it is claimed again.
 -- KEYS[1] owner key   KEYS[2] inflight zset   KEYS[3] delay zset   KEYS[4] jobs hash
 -- KEYS[5] attempts hash   KEYS[6] seq counter
 -- ARGV[1] epoch   ARGV[2] pause ms   ARGV[3..] job ids
@@ -22,11 +22,9 @@ for i = 3, #ARGV do
   if redis.call('ZREM', inflight, id) == 1 and v then
     -- Undo the claim's count: the attempt never happened.
     if redis.call('HINCRBY', attempts, id, -1) <= 0 then redis.call('HDEL', attempts, id) end
-    local _, max_attempts, due_ms, body_at = parse_envelope(v)
     -- A new seq, as for a retry: the member is new in the delay zset.
     local seq = seq_hex(reserve_seq(seq_key, 1))
-    redis.call('HSET', jobs, id, seq .. '|' .. max_attempts .. '|' .. due_ms .. '|' ..
-      string.sub(v, body_at))
+    redis.call('HSET', jobs, id, rewrite_envelope(v, seq))
     redis.call('ZADD', delay, due, member_of(seq, id))
     released = released + 1
   end

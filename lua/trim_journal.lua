@@ -1,17 +1,19 @@
 -- trim_journal: the recorder has written the oldest COUNT journal entries to MySQL;
--- drop them, and let the fired markers of the jobs they recorded as fired expire after
--- RETENTION ms (until then a reconciler that read the row as pending before the
--- recorder wrote it still cannot re-add the job).
--- KEYS[1] owner key   KEYS[2] done list   KEYS[3] acked zset
+-- drop them, and let the markers of the jobs they recorded as fired or expired expire
+-- after RETENTION ms (until then a reconciler that read the row as pending before the
+-- recorder wrote it still cannot re-add the job, and cancel and reschedule answer
+-- CHANGE_FIRED or CHANGE_EXPIRED without asking MySQL).
+-- KEYS[1] owner key   KEYS[2] done list   KEYS[3] acked zset   KEYS[4] expired zset
 -- ARGV[1] epoch   ARGV[2] count   ARGV[3] retention ms
--- ARGV[4..] ids of jobs those entries recorded as fired
+-- ARGV[4..] ids of jobs those entries recorded as fired or expired (each id's marker is
+-- in one of the two zsets; ZADD XX touches only the one it is in)
 -- Returns the journal length left. Error ERROR_FENCED when ARGV[1] is not the slot's
 -- current epoch: a recorder that lost the slot must not trim entries the new owner has
 -- not recorded yet.
 --@include fence
 --@include common
 
-local done, acked = KEYS[2], KEYS[3]
+local done, acked, expired = KEYS[2], KEYS[3], KEYS[4]
 local now = now_ms()
 redis.call('LTRIM', done, tonumber(ARGV[2]), -1)
 local expires = now + tonumber(ARGV[3])
@@ -22,6 +24,8 @@ for i = 4, #ARGV, 500 do
     args[#args + 1] = ARGV[j]
   end
   redis.call('ZADD', acked, 'XX', unpack(args))
+  redis.call('ZADD', expired, 'XX', unpack(args))
 end
 redis.call('ZREMRANGEBYSCORE', acked, '-inf', now)
+redis.call('ZREMRANGEBYSCORE', expired, '-inf', now)
 return redis.call('LLEN', done)

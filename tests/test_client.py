@@ -10,7 +10,16 @@ from typing import Any
 import orjson
 import pytest
 
-from cluster import DelayClient, InvalidJob, Job, JobStatus, sql
+from cluster import (
+    CancelResult,
+    ChangeStatus,
+    DelayClient,
+    InvalidJob,
+    Job,
+    JobStatus,
+    RescheduleResult,
+    sql,
+)
 from cluster.config import Settings
 from cluster.contract import AddCode, member_id
 from cluster.jobs import now_ms, validate_job
@@ -146,8 +155,10 @@ async def test_empty_batch(client: DelayClient) -> None:
 
 async def test_cancel(client: DelayClient, redis: RedisClient) -> None:
     job_id = await client.schedule("t", 1, delay=60)
-    assert await client.cancel(job_id) is True
-    assert await client.cancel(job_id) is True  # still cancelled: still never fires
+    first = await client.cancel(job_id)
+    assert first and first.status == ChangeStatus.CANCELLED
+    assert first == CancelResult(job_id, ChangeStatus.CANCELLED)
+    assert await client.cancel(job_id)  # still cancelled: still never fires
     record = await client.get(job_id)
     assert record is not None and record.status == JobStatus.CANCELLED
     assert await delay_scores(client, redis, job_id) == []
@@ -157,8 +168,11 @@ async def test_cancel(client: DelayClient, redis: RedisClient) -> None:
 
 
 async def test_unknown_job_ids(client: DelayClient) -> None:
-    assert await client.cancel(new_id()) is False
-    assert await client.reschedule(new_id(), delay=5) is False
+    unknown = new_id()
+    assert not await client.cancel(unknown)
+    assert await client.cancel(unknown) == CancelResult(unknown, ChangeStatus.NOT_FOUND)
+    answer = await client.reschedule(unknown, delay=5)
+    assert answer == RescheduleResult(unknown, ChangeStatus.NOT_FOUND) and not answer
     assert await client.get(new_id()) is None
     with pytest.raises(InvalidJob):
         await client.cancel("")
@@ -168,8 +182,10 @@ async def test_unknown_job_ids(client: DelayClient) -> None:
 
 async def test_reschedule_updates_both_stores(client: DelayClient, redis: RedisClient) -> None:
     job_id = await client.schedule("t", 1, delay=60)
-    assert await client.reschedule(job_id, delay=600) is True
+    answer = await client.reschedule(job_id, delay=600)
+    assert answer and answer.status == ChangeStatus.RESCHEDULED
     record = await client.get(job_id)
+    assert record is not None and answer.due_ms == record.due_ms
     assert record is not None and record.due_ms > now_ms() + 500_000
     assert await delay_scores(client, redis, job_id) == [record.due_ms]
     history = await client.mysql.history(job_id)
@@ -182,7 +198,7 @@ async def test_reschedule_readds_a_pending_job_redis_lost(
     job_id = await client.schedule("t", 1, delay=60)
     keys = client.keys.slot(slot_of(job_id, client.settings.slots))
     await redis.delete(keys.delay, keys.jobs)
-    assert await client.reschedule(job_id, delay=30) is True
+    assert (await client.reschedule(job_id, delay=30)).status == ChangeStatus.RESCHEDULED
     record = await client.get(job_id)
     assert record is not None
     assert await delay_scores(client, redis, job_id) == [record.due_ms]
@@ -244,7 +260,7 @@ async def test_hostile_text_is_stored_verbatim(client: DelayClient) -> None:
         assert record is not None
         assert (record.job_id, record.biz_id, record.biz_type) == (text + "-id", text, text)
         assert record.payload_json == orjson.dumps({"v": text}).decode()
-        assert await client.cancel(job_id) is True
+        assert await client.cancel(job_id)
 
 
 async def test_schedule_many_over_several_statements_is_all_or_nothing(
@@ -395,7 +411,7 @@ async def test_cancel_of_a_never_scheduled_id_does_not_block_its_schedule(
     client: DelayClient, redis: RedisClient
 ) -> None:
     job_id = new_id()
-    assert await client.cancel(job_id) is False
+    assert (await client.cancel(job_id)).status == ChangeStatus.NOT_FOUND
     await client.schedule("t", 1, delay=1, job_id=job_id)
     record = await client.get(job_id)
     assert record is not None and record.status == JobStatus.PENDING
@@ -405,7 +421,7 @@ async def test_cancel_of_a_never_scheduled_id_does_not_block_its_schedule(
 async def test_cancel_of_a_fired_row_does_not_block_its_replay(
     client: DelayClient, redis: RedisClient
 ) -> None:
-    """A dead job Redis no longer holds: cancel says False, and a replay from MySQL
+    """A dead job Redis no longer holds: cancel says DEAD, and a replay from MySQL
     right after puts it back in Redis (no tombstone left to refuse it)."""
     job_id = await client.schedule("t", 1, delay=60)
     slot = slot_of(job_id, client.settings.slots)
@@ -414,7 +430,7 @@ async def test_cancel_of_a_fired_row_does_not_block_its_replay(
     )
     keys = client.keys.slot(slot)
     await redis.delete(keys.delay, keys.jobs)
-    assert await client.cancel(job_id) is False
+    assert await client.cancel(job_id) == CancelResult(job_id, ChangeStatus.DEAD)
     assert await client.replay_dead([job_id]) == 1
     record = await client.get(job_id)
     assert record is not None and record.status == JobStatus.PENDING
@@ -429,7 +445,7 @@ async def test_a_schedule_committed_before_a_cancel_stays_cancelled(
     valid = [validate_job(Job("t", 1, delay=1, job_id=new_id()), client.settings, now_ms())]
     slots = [slot_of(valid[0].job_id, client.settings.slots)]
     await client.mysql.insert_jobs(valid, slots)  # the schedule's MySQL step
-    assert await client.cancel(valid[0].job_id) is True
+    assert await client.cancel(valid[0].job_id)
     _, [code] = await client.scripts.add(
         slots[0], [NewJob(valid[0].job_id, valid[0].due_ms, 16, valid[0].tail)]
     )

@@ -25,6 +25,7 @@ from cluster.contract import (
     member_seq,
     seq_hex,
     split_member,
+    sql_status_comment,
 )
 from cluster.scripts import SCRIPT_NAMES, Fenced, load_source, script_error
 
@@ -40,16 +41,28 @@ def test_the_lua_include_is_generated_from_the_contract() -> None:
 
 
 def test_the_schema_comment_names_every_status() -> None:
-    schema = (ROOT / "schema" / "001_jobs.sql").read_text()
-    # The jobs table comes first; the history table's status column says something else.
-    found = re.search(
-        r"^\s*status\s+TINYINT\b.*?COMMENT '([^']*)'", schema, re.MULTILINE | re.DOTALL
-    )
-    assert found, "no status column with a comment in schema/001_jobs.sql"
-    comment = found.group(1)
+    """The job table's status column is commented with every status: by the latest
+    migration that (re)defines it."""
+    comments = []
+    for path in sorted((ROOT / "schema").glob("[0-9][0-9][0-9]_*.sql")):
+        # The job table's status column (created or modified); the history table's
+        # status column says something else.
+        code = "\n".join(
+            line for line in path.read_text().splitlines() if not line.lstrip().startswith("--")
+        )
+        found = re.search(
+            r"^\s*(?:MODIFY COLUMN\s+)?status\s+TINYINT\b[^;]*?COMMENT '([^']*)'",
+            code,
+            re.MULTILINE,
+        )
+        if found and "pending" in found.group(1):
+            comments.append(found.group(1))
+    assert comments, "no status column with a comment in schema/"
+    comment = comments[-1]
     # Each "<number> <name>", with any aside in parentheses: "1 firing (retrying)".
     named = dict(re.findall(r"(\d+) (\w+)", comment))
     assert named == {str(int(s)): s.name.lower() for s in JobStatus}, comment
+    assert sql_status_comment() in comment.replace(" (retrying)", "")
 
 
 # What a script must not hold: codes and statuses as bare numbers, members cut by hand.

@@ -29,7 +29,7 @@ async def make_dead(client: DelayClient, scripts: Scripts, topic: str, count: in
         slots, await scripts.claim_many([(s, 0) for s in slots], 100, 60_000), strict=True
     ):
         assert claim is not None
-        await scripts.nack(slot, 0, [c.job_id for c in claim[1]], "broker said no", 10, 10)
+        await scripts.nack(slot, 0, [c.job_id for c in claim.jobs], "broker said no", 10, 10)
     return ids
 
 

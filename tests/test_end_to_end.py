@@ -8,11 +8,11 @@ import uuid
 from collections import Counter
 
 from actors.node import Node
-from cluster import DelayClient, Job, JobStatus
+from cluster import ChangeStatus, DelayClient, Job, JobStatus
 from cluster.config import Settings
 from cluster.keys import KeySpace, slot_of
 from cluster.redis_conn import RedisClient
-from cluster.scripts import Scripts
+from cluster.scripts import ClaimResult, Scripts
 from tests.conftest import Collector, wait_for
 
 
@@ -55,11 +55,11 @@ async def test_cancelled_job_never_fires(
     # "drop" would fire before "keep": seconds of margin for the cancel to land.
     drop = await client.schedule(topic, "drop", delay=2.0)
     keep = await client.schedule(topic, "keep", delay=2.5)
-    assert await client.cancel(drop) is True
+    assert await client.cancel(drop)
     await collector.until(1, timeout_s=30)
     await collector.quiet_for(1.0)
     assert [r["job_id"] for r in collector.records] == [keep]
-    assert await client.cancel(keep) is False  # already fired
+    assert (await client.cancel(keep)).status == ChangeStatus.ALREADY_FIRED
 
 
 async def test_reschedule_moves_the_fire_time(
@@ -67,8 +67,8 @@ async def test_reschedule_moves_the_fire_time(
 ) -> None:
     sooner = await client.schedule(topic, "sooner", delay=3600)
     later = await client.schedule(topic, "later", delay=2.0)  # would fire first if kept
-    assert await client.reschedule(later, delay=3600) is True
-    assert await client.reschedule(sooner, delay=2.5) is True
+    assert await client.reschedule(later, delay=3600)
+    assert await client.reschedule(sooner, delay=2.5)
     await collector.until(1, timeout_s=30)
     await collector.quiet_for(1.0)
     assert [r["job_id"] for r in collector.records] == [sooner]
@@ -161,7 +161,7 @@ async def test_jobs_in_flight_on_a_dead_node_are_retried(
     await scripts.move_many([(slot, 0) for slot in slots], 100)
     # The "dead node": claims everything with a 300 ms deadline.
     claims = await scripts.claim_many([(slot, 0) for slot in slots], 100, 300)
-    assert sum(len(claim[1]) for claim in claims if claim) == 20
+    assert sum(len(claim.jobs) for claim in claims if isinstance(claim, ClaimResult)) == 20
     node = Node(settings.replace(retry_backoff_ms=50, reap_interval_ms=100))
     await node.start()
     try:
@@ -186,7 +186,7 @@ async def test_a_cancel_of_a_never_scheduled_id_does_not_delay_its_schedule(
     """The cancel's tombstone used to refuse the schedule's Redis add: the job fired
     marker_retention_ms late, or at the next full reconcile pass."""
     job_id = f"never-{uuid.uuid4().hex}"
-    assert await client.cancel(job_id) is False
+    assert (await client.cancel(job_id)).status == ChangeStatus.NOT_FOUND
     assert await client.schedule(topic, "on time", delay=1, job_id=job_id) == job_id
     [record] = await collector.until(1, timeout_s=30)
     assert record["job_id"] == job_id

@@ -139,7 +139,7 @@ async def test_lean_jobs_reschedule_cancel_retry_and_die_like_full_ones(
     assert (await lean_scripts.cancel(SLOT, "b", 60_000)).code == ChangeCode.CHANGED
     assert await redis.zcard(k.delay) == 1
     await lean_scripts.move(SLOT, 0, 10)
-    _, [claimed] = await lean_scripts.claim(SLOT, 0, 10, 30_000)
+    [claimed] = (await lean_scripts.claim(SLOT, 0, 10, 30_000)).jobs
     assert claimed.envelope == envelope and claimed.attempt == 1
     result = await lean_scripts.nack(SLOT, 0, [b"a"], "no", 10, 10)
     assert result.retried == 1
@@ -365,7 +365,7 @@ async def test_dead_lean_jobs_are_listed_and_replayed(
         scripts = client.scripts
         await scripts.reschedule(slot, job_id, now_ms() - 5)
         await scripts.move(slot, 0, 10)
-        _, [claimed] = await scripts.claim(slot, 0, 10, 30_000)
+        [claimed] = (await scripts.claim(slot, 0, 10, 30_000)).jobs
         assert is_lean(claimed.envelope)
         assert (await scripts.nack(slot, 0, [claimed.job_id], "no", 10, 10)).dead == 1
         [dead] = await client.dead_letters()

@@ -25,7 +25,7 @@ from cluster.envelope import fire_of, make_tail
 from cluster.jobs import now_ms
 from cluster.keys import KeySpace
 from cluster.redis_conn import RedisClient, connect_subscriber
-from cluster.scripts import Fenced, NewJob, Scripts, SlotFailed, SlotsFailed
+from cluster.scripts import ClaimResult, Fenced, NewJob, Scripts, SlotFailed, SlotsFailed
 
 SLOT = 3
 HOUR_MS = 3600_000
@@ -227,7 +227,8 @@ async def test_claim_puts_jobs_in_flight_with_deadline_and_attempt(
 ) -> None:
     await scripts.add(SLOT, [job("a", now_ms() - 5), job("b", now_ms() - 5)])
     await scripts.move(SLOT, 0, 100)
-    now, claimed = await scripts.claim(SLOT, 0, 1, 30_000)
+    claim = await scripts.claim(SLOT, 0, 1, 30_000)
+    now, claimed = claim.now_ms, claim.jobs
     assert [c.job_id for c in claimed] == [b"a"]
     assert claimed[0].attempt == 1
     assert await redis.zscore(k.slot(SLOT).inflight, "a") == now + 30_000
@@ -240,7 +241,7 @@ async def test_claim_drops_ids_whose_job_is_gone(
     scripts: Scripts, redis: RedisClient, k: KeySpace
 ) -> None:
     await redis.rpush(k.slot(SLOT).ready, member_of(seq_hex(1), "ghost"))
-    _, claimed = await scripts.claim(SLOT, 0, 10, 30_000)
+    claimed = (await scripts.claim(SLOT, 0, 10, 30_000)).jobs
     assert claimed == []
     assert await redis.zcard(k.slot(SLOT).inflight) == 0
 
@@ -271,7 +272,7 @@ async def test_nack_retries_with_backoff_then_buries(
     s = k.slot(SLOT)
     await scripts.add(SLOT, [job("a", now_ms() - 5, max_attempts=2)])
     await scripts.move(SLOT, 0, 100)
-    now, _ = await scripts.claim(SLOT, 0, 10, 30_000)
+    now = (await scripts.claim(SLOT, 0, 10, 30_000)).now_ms
     retry = await scripts.nack(SLOT, 0, [b"a"], "broker down", 1000, 60_000)
     assert (retry.retried, retry.dead) == (1, 0)
     assert retry.earliest_due_ms >= now + 1000
@@ -280,7 +281,7 @@ async def test_nack_retries_with_backoff_then_buries(
     # Second attempt fails too: max_attempts=2 is used up.
     await redis.zadd(s.delay, {member: now - 1})
     await scripts.move(SLOT, 0, 100)
-    _, claimed = await scripts.claim(SLOT, 0, 10, 30_000)
+    claimed = (await scripts.claim(SLOT, 0, 10, 30_000)).jobs
     assert claimed[0].attempt == 2
     buried = await scripts.nack(SLOT, 0, [b"a"], "still down", 1000, 60_000)
     assert (buried.retried, buried.dead) == (0, 1)
@@ -332,7 +333,7 @@ async def test_cancel_in_each_state(scripts: Scripts, redis: RedisClient, k: Key
     assert await redis.zcard(s.delay) == 0
     assert await redis.hkeys(s.jobs) == [b"flying"]
     # The cancelled ready job's entry is stale: claim drops it.
-    assert (await scripts.claim(SLOT, 0, 10, HOUR_MS))[1] == []
+    assert (await scripts.claim(SLOT, 0, 10, HOUR_MS)).jobs == []
     assert await ready_ids(redis, k) == []
     await redis.zadd(s.acked, {"done": float("inf")})
     assert (await scripts.cancel(SLOT, "done", HOUR_MS)).code == ChangeCode.FIRED
@@ -373,7 +374,7 @@ async def test_reschedule_pulls_a_ready_job_back(
     code, _ = await scripts.reschedule(SLOT, "a", now_ms() + HOUR_MS)
     assert code == ChangeCode.CHANGED
     assert await redis.zcard(k.slot(SLOT).delay) == 1
-    assert (await scripts.claim(SLOT, 0, 10, HOUR_MS))[1] == []  # its ready entry is stale
+    assert (await scripts.claim(SLOT, 0, 10, HOUR_MS)).jobs == []  # its ready entry is stale
     await scripts.reschedule(SLOT, "a", now_ms() - 5)
     await scripts.move(SLOT, 0, 10)
     await scripts.claim(SLOT, 0, 10, HOUR_MS)
@@ -442,12 +443,12 @@ async def test_scripts_acting_as_owner_refuse_an_old_epoch(
     assert await ready_ids(redis, k) == [b"b"]
     assert await redis.zrange(s.inflight, 0, -1) == [b"a"]
     # The batched forms report the fenced slot in place instead of failing the batch.
-    assert await scripts.claim_many([(SLOT, 1), (SLOT + 1, 0)], 10, 30_000) == [
-        None,
-        (pytest.approx(now_ms(), abs=60_000), []),
-    ]
+    fenced, other = await scripts.claim_many([(SLOT, 1), (SLOT + 1, 0)], 10, 30_000)
+    assert fenced is None
+    assert isinstance(other, ClaimResult) and (other.jobs, other.expired) == ([], 0)
+    assert other.now_ms == pytest.approx(now_ms(), abs=60_000)
     # The current epoch works.
-    _, claimed = await scripts.claim(SLOT, 2, 10, 30_000)
+    claimed = (await scripts.claim(SLOT, 2, 10, 30_000)).jobs
     assert [c.job_id for c in claimed] == [b"b"]
 
 

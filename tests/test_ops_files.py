@@ -246,6 +246,7 @@ def test_every_alert_has_severity_text_and_a_runbook_section() -> None:
         "DelayqOverdueJobs",
         "DelayqSlotWithoutOwner",
         "DelayqDeadLettersGrowing",
+        "DelayqJobsExpiring",
         "DelayqJournalBacklogGrowing",
         "DelayqNodeNotReady",
         "DelayqNodeUnhealthy",
@@ -397,16 +398,19 @@ ALERT_SCENARIOS: list[dict[str, Any]] = [
             expect("15m", "DelayqActorsRestarting", {**TICKET, **NODE1, "actor": "dispatcher"})
         ],
     },
-    # Three jobs go dead; drift; frequent fencing.
+    # Three jobs go dead, two expire; drift; frequent fencing.
     {
         "input_series": [
             series("delayq_jobs_dead_total", "0 0 0 3 3 3 3 3"),
+            series("delayq_jobs_expired_total", "0 0 0 0 2 2 2 2"),
             series("delayq_jobs_readded_total", "0 0 0 0 25 25 25 25"),
             series("delayq_fenced_total", "0+5x20"),
         ],
         "alert_rule_test": [
             expect("2m", "DelayqDeadLettersGrowing"),
             expect("5m", "DelayqDeadLettersGrowing", TICKET),
+            expect("3m", "DelayqJobsExpiring"),
+            expect("6m", "DelayqJobsExpiring", TICKET),
             expect("6m", "DelayqRedisLostJobs", TICKET),
             expect("12m", "DelayqFencedOften", TICKET),
         ],

@@ -1,5 +1,5 @@
 """Retention (cluster/retention.py, actors/retention.py, `delayq db prune`): exactly the
-old fired and cancelled jobs and their history go; pending, retrying, dead and young
+old fired, cancelled and expired jobs and their history go; pending, retrying, dead and young
 ones stay, whatever asks: a node for its own slots, or the command for all."""
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ KINDS = {
     "cancelled-old": (JobStatus.CANCELLED, True),
     "fired-young": (JobStatus.FIRED, False),
     "cancelled-young": (JobStatus.CANCELLED, False),
+    "expired-old": (JobStatus.EXPIRED, True),
+    "expired-young": (JobStatus.EXPIRED, False),
     "pending-old": (JobStatus.PENDING, True),
     "retrying-old": (JobStatus.FIRING, True),
     "dead-old": (JobStatus.DEAD, True),
@@ -93,7 +95,7 @@ def every_id(ids: dict[str, list[str]]) -> list[str]:
 
 
 def doomed_ids(ids: dict[str, list[str]]) -> list[str]:
-    return ids["fired-old"] + ids["cancelled-old"]
+    return ids["fired-old"] + ids["cancelled-old"] + ids["expired-old"]
 
 
 async def present(mysql: MySQLStore, ids: list[str]) -> set[str]:
@@ -352,20 +354,20 @@ async def test_db_prune_command(
     dry = await db_prune(settings, "--older-than", "7d", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout == (
-        f"would delete {len(doomed)} fired or cancelled job(s) and {doomed_history} "
+        f"would delete {len(doomed)} fired, cancelled or expired job(s) and {doomed_history} "
         "history row(s) older than 7d\n"
     )
     assert await present(mysql, every) == set(every)
 
     nine_days = await db_prune(settings, "--older-than", "9d")  # the old ones are 8 days old
     assert nine_days.returncode == 0, nine_days.stderr
-    assert nine_days.stdout.startswith("deleted 0 fired or cancelled job(s)")
+    assert nine_days.stdout.startswith("deleted 0 fired, cancelled or expired job(s)")
     assert await present(mysql, every) == set(every)
 
     done = await db_prune(settings, "--older-than", "168h")
     assert done.returncode == 0, done.stderr
     assert done.stdout == (
-        f"deleted {len(doomed)} fired or cancelled job(s) and {doomed_history} "
+        f"deleted {len(doomed)} fired, cancelled or expired job(s) and {doomed_history} "
         "history row(s) older than 7d\n"
     )
     assert await present(mysql, every) == set(every) - set(doomed)
@@ -423,7 +425,7 @@ def test_db_help_describes_prune(settings: Settings) -> None:
     text = "".join(shown.stdout.split())  # as wrapped to any width
     for part in (
         "{migrate,prune}",
-        "prune: delete the fired and cancelled jobs last changed more than --older-than AGE",
+        "prune: delete the fired, cancelled and expired jobs last changed more than",
         "(--dry-run: how many would)",
         "7d, 12h, 30m, 90s",
     ):

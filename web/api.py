@@ -19,6 +19,7 @@ import pymysql
 import redis.exceptions
 from aiohttp import web
 
+from cluster.changes import ChangeResult, ChangeStatus
 from cluster.client import (
     MAX_BATCH,
     DelayClient,
@@ -63,6 +64,7 @@ ROUTES = (
     Route("GET", "/v1/dead-letters/{job_id}", "get_dead", Permission.READ_DEAD),
     Route("POST", "/v1/dead-letters/replay", "replay_dead", Permission.WRITE_DEAD),
     Route("POST", "/v1/dead-letters/purge", "purge_dead", Permission.WRITE_DEAD),
+    Route("GET", "/v1/expired", "list_expired", Permission.READ_DEAD),
     Route("GET", "/v1/cluster", "cluster", Permission.READ_CLUSTER),
     Route("GET", "/v1/cluster/stats", "cluster_stats", Permission.READ_CLUSTER),
 )
@@ -184,10 +186,10 @@ class Api:
 
     async def cancel(self, request: web.Request) -> web.Response:
         job_id = check_job_id(request.match_info["job_id"])
-        if await self.client.cancel(job_id):
-            return json_response({"job_id": job_id, "cancelled": True})
-        await self._refusal(job_id, "cancelled")
-        raise AssertionError("unreachable")
+        result = await self.client.cancel(job_id)
+        if not result:
+            raise _refusal(result, "cancelled")
+        return json_response({"job_id": job_id, "cancelled": True})
 
     async def reschedule(self, request: web.Request) -> web.Response:
         job_id = check_job_id(request.match_info["job_id"])
@@ -195,22 +197,10 @@ class Api:
         at = body.get("at")
         if isinstance(at, str):
             at = parse_time(at, "at")
-        if await self.client.reschedule(job_id, delay=body.get("delay"), at=at):
-            record = await self.client.get(job_id)
-            due = None if record is None else record.due_ms
-            return json_response({"job_id": job_id, "rescheduled": True, "due_ms": due})
-        await self._refusal(job_id, "rescheduled")
-        raise AssertionError("unreachable")
-
-    async def _refusal(self, job_id: str, change: str) -> None:
-        """Why a cancel or reschedule changed nothing: 404 for an unknown job, else 409
-        with the job's status (a pending one is being published right now)."""
-        record = await self.client.get(job_id)
-        if record is None:
-            raise Problem("not-found", f"no job {job_id!r}")
-        status = record.status.name.lower()
-        reason = "it is being published" if status in ("pending", "firing") else f"it is {status}"
-        raise Problem("conflict", f"job {job_id!r} cannot be {change}: {reason}", job_status=status)
+        result = await self.client.reschedule(job_id, delay=body.get("delay"), at=at)
+        if not result:
+            raise _refusal(result, "rescheduled")
+        return json_response({"job_id": job_id, "rescheduled": True, "due_ms": result.due_ms})
 
     # ----- dead letters --------------------------------------------------------------------
 
@@ -239,6 +229,17 @@ class Api:
         job_ids, topic = _selection(await read_json(request))
         return json_response({"purged": await self.client.purge_dead(job_ids, topic=topic)})
 
+    # ----- expired jobs --------------------------------------------------------------------
+
+    async def list_expired(self, request: web.Request) -> web.Response:
+        topic = request.query.get("topic")
+        if topic is not None:
+            check_topic(topic)
+        limit = _limit(request.query.get("limit"))
+        listed = await self.client.expired_jobs(topic=topic, limit=limit)
+        count = await self.client.count_expired(topic=topic)
+        return json_response({"expired": [record_json(job) for job in listed], "count": count})
+
     # ----- the cluster ---------------------------------------------------------------------
 
     async def cluster(self, _: web.Request) -> web.Response:
@@ -254,6 +255,40 @@ class Api:
 
     async def cluster_stats(self, _: web.Request) -> web.Response:
         return json_response(await self.stats.figures())
+
+
+# The problem's job_status for each refusal of a cancel or reschedule.
+REFUSAL_STATUS = {
+    ChangeStatus.CANCELLED: "cancelled",
+    ChangeStatus.ALREADY_FIRED: "fired",
+    ChangeStatus.IN_FLIGHT: "in_flight",
+    ChangeStatus.DEAD: "dead",
+    ChangeStatus.EXPIRED: "expired",
+}
+_REASONS = {
+    ChangeStatus.IN_FLIGHT: "it is being published (it will fire)",
+    ChangeStatus.ALREADY_FIRED: "it has fired",
+}
+
+
+def _refusal(result: ChangeResult, change: str) -> Problem:
+    """Why a cancel or reschedule changed nothing: 404 for an unknown job, else 409
+    with job_status (and, for a job that fired, fired_ms and attempt when recorded)."""
+    job_id = result.job_id
+    if result.status == ChangeStatus.NOT_FOUND:
+        return Problem("not-found", f"no job {job_id!r}")
+    status = REFUSAL_STATUS[result.status]
+    reason = _REASONS.get(result.status, f"it is {status}")
+    more: dict[str, int] = {}
+    if result.status == ChangeStatus.ALREADY_FIRED:
+        more = {
+            name: value
+            for name, value in (("fired_ms", result.fired_ms), ("attempt", result.attempt))
+            if value is not None
+        }
+    return Problem(
+        "conflict", f"job {job_id!r} cannot be {change}: {reason}", job_status=status, **more
+    )
 
 
 def _flag(text: str | None, name: str) -> bool:

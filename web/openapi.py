@@ -29,7 +29,12 @@ def _nullable(kind: str, **more: Any) -> dict[str, Any]:
     return {"type": [kind, "null"], **more}
 
 
-_STATUS = {"type": "string", "enum": ["pending", "firing", "fired", "cancelled", "dead"]}
+_STATUS = {
+    "type": "string",
+    "enum": ["pending", "firing", "fired", "cancelled", "dead", "expired"],
+}
+# Why a cancel or reschedule was refused (409): web/api.py REFUSAL_STATUS.
+_REFUSAL = {"type": "string", "enum": ["fired", "cancelled", "dead", "expired", "in_flight"]}
 # What cluster/jobs.py refuses in text: C0 and C1 controls, DEL and the bidirectional
 # controls; a job id also must not end with a space.
 _NOT_CONTROL = (
@@ -75,6 +80,12 @@ SCHEMAS: dict[str, Any] = {
             "biz_id": _nullable("string", minLength=1, maxLength=BIZ_ID_MAX_CHARS, **_TEXT),
             "biz_type": _nullable("string", minLength=1, maxLength=BIZ_TYPE_MAX_CHARS, **_TEXT),
             "max_attempts": _nullable("integer", minimum=1, maximum=MAX_ATTEMPTS_LIMIT),
+            "expires_after": _nullable(
+                "number",
+                exclusiveMinimum=0,
+                description="seconds after the due time: never published later than that "
+                "(the job ends expired instead); at most max_delay_s",
+            ),
         },
         "oneOf": [
             {
@@ -164,6 +175,9 @@ SCHEMAS: dict[str, Any] = {
             "modified_ms": {"type": "integer"},
             "recurring": _nullable("string", description="the recurring schedule of a tick"),
             "tick_ms": _nullable("integer", description="the time of that tick"),
+            "expires_after": _nullable(
+                "number", description="seconds after the due time; null: never expires"
+            ),
             "history": {"type": "array", "items": _ref("HistoryEntry")},
         },
     },
@@ -262,6 +276,14 @@ SCHEMAS: dict[str, Any] = {
             },
         ],
     },
+    "ExpiredList": {
+        "type": "object",
+        "required": ["expired", "count"],
+        "properties": {
+            "expired": {"type": "array", "items": _ref("Job")},
+            "count": {"type": "integer", "description": "expired jobs in all (of the topic)"},
+        },
+    },
     "Replayed": {
         "type": "object",
         "required": ["replayed"],
@@ -339,7 +361,9 @@ SCHEMAS: dict[str, Any] = {
             "status": {"type": "integer"},
             "detail": {"type": "string"},
             "job_ids": {"type": "array", "items": {"type": "string"}},
-            "job_status": _STATUS,
+            "job_status": _REFUSAL,
+            "fired_ms": {"type": "integer", "description": "409 of a fired job, when recorded"},
+            "attempt": {"type": "integer", "description": "409 of a fired job, when recorded"},
         },
     },
 }
@@ -349,7 +373,8 @@ _DESCRIPTIONS = {
     401: "No bearer token, or an unknown one",
     403: "The token's role does not allow this",
     404: "No such job",
-    409: "The job's state does not allow this; job_status says which it is in",
+    409: "The job's state does not allow this; job_status says which it is in (fired, "
+    "cancelled, dead, expired, or in_flight: being published right now)",
     413: "The body is larger than web_body_max_bytes",
     422: "Not acceptable (the client's InvalidJob message); nothing was changed",
     500: "outcome-unknown: the change may or may not be made (job_ids names the jobs; "
@@ -411,6 +436,20 @@ _OPERATIONS: dict[str, tuple[str, str | None, dict[int, str], list[dict[str, Any
         {200: "Purged"},
         [],
     ),
+    "list_expired": (
+        "Jobs that expired (not published by due time + expires_after), newest first",
+        None,
+        {200: "ExpiredList"},
+        [
+            {"name": "topic", "in": "query", "schema": _TOPIC},
+            {
+                "name": "limit",
+                "in": "query",
+                "schema": {"type": "integer", "minimum": 1, "maximum": DEAD_LIST_MAX},
+                "description": "default 100",
+            },
+        ],
+    ),
     "cluster": ("Members, the slot map and each slot's depths", None, {200: "Cluster"}, []),
     "cluster_stats": (
         "Fire rate and lateness over time, for the console",
@@ -430,6 +469,7 @@ _ERRORS = {
     "get_dead": (404, 422, 503),
     "replay_dead": (400, 413, 422, 503),
     "purge_dead": (400, 413, 422, 503),
+    "list_expired": (422, 503),
     "cluster": (503,),
     "cluster_stats": (),
 }
@@ -477,6 +517,7 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
     schemas = copy.deepcopy(SCHEMAS)
     for name in ("JobRequest", "Reschedule"):
         schemas[name]["properties"]["delay"]["maximum"] = settings.max_delay_s
+    schemas["JobRequest"]["properties"]["expires_after"]["maximum"] = settings.max_delay_s
     paths: dict[str, dict[str, Any]] = {}
     for route in ROUTES:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)

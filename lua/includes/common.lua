@@ -1,19 +1,22 @@
 -- Shared helpers, pulled into a script by the line "--@include common".
 --
 -- Stored envelope (the value in the slot's jobs hash):
---   "<seq>|<max_attempts>|<due_ms>|<tail>"
+--   "<seq>|<max_attempts>|<due_ms>|<tail>", or for a job that expires
+--   "<seq>|<max_attempts>:<expires_after_ms>|<due_ms>|<tail>"
 -- seq is SEQ_DIGITS hex digits (seq_hex) and also prefixes the job's member in the
--- delay zset (member_of), so the member can be rebuilt from the envelope. The tail is
--- opaque to the scripts; it is
+-- delay zset (member_of), so the member can be rebuilt from the envelope. A job with
+-- expires_after is never published after due_ms + expires_after_ms (claim.lua,
+-- retry_or_bury); the field rides with max_attempts so that the envelope of a job
+-- without it is unchanged. The tail is opaque to the scripts; it is
 -- "<topic>|<key murmur2>|<kafka key byte length>|<kafka key><record json>" (cluster/envelope.py),
 -- or empty in a lean envelope: a job due beyond the payload lead (add.lua) until the
 -- owner's filler loads its tail from MySQL (fill.lua). Every script that rewrites an
--- envelope keeps its tail as it is, lean or not.
+-- envelope keeps its tail, max attempts and expiry as they are (rewrite_envelope).
 --
 -- Journal entry (the slot's done list, drained into MySQL by the recorder):
 --   "<status>|<attempt>|<ms>|<job id byte length>|<job id><note>"
--- status: STATUS_PENDING (replayed), STATUS_FIRING (retrying), STATUS_FIRED or
--- STATUS_DEAD. The length prefix keeps any job id safe.
+-- status: STATUS_PENDING (replayed), STATUS_FIRING (retrying), STATUS_FIRED,
+-- STATUS_DEAD or STATUS_EXPIRED. The length prefix keeps any job id safe.
 --@include contract
 
 local function now_ms()
@@ -26,10 +29,28 @@ local function reserve_seq(seq_key, n)
   return redis.call('INCRBY', seq_key, n) - n + 1
 end
 
--- Returns seq (hex), max_attempts, due_ms (strings) and the index where the tail starts.
+-- Returns seq (hex), max_attempts, due_ms (strings), the index where the tail starts,
+-- and expires_after_ms (a number; nil when the job does not expire).
 local function parse_envelope(v)
-  local _, header_end, seq, max_attempts, due = string.find(v, '^(%x+)|(%d+)|(%-?%d+)|')
-  return seq, max_attempts, due, header_end + 1
+  local _, header_end, seq, max_attempts, expiry, due =
+    string.find(v, '^(%x+)|(%d+):?(%d*)|(%-?%d+)|')
+  return seq, max_attempts, due, header_end + 1, tonumber(expiry)
+end
+
+-- The envelope with a new seq (and due_ms, when given); max attempts, expiry and tail kept.
+local function rewrite_envelope(v, seq, due)
+  local _, header_end, attempts_field, old_due = string.find(v, '^%x+|([%d:]+)|(%-?%d+)|')
+  return seq .. '|' .. attempts_field .. '|' .. (due or old_due) .. '|' ..
+    string.sub(v, header_end + 1)
+end
+
+-- The last ms at which a job may be published (due_ms + expires_after_ms), or nil when
+-- it does not expire. Cheap for the envelopes of jobs without expiry: an anchored match
+-- that fails within the header.
+local function expires_at(v)
+  if not string.find(v, '^%x+|%d+:') then return nil end
+  local _, _, due, _, expiry = parse_envelope(v)
+  return tonumber(due) + expiry
 end
 
 -- Whether an envelope is lean: its header alone, its tail not loaded yet.
@@ -46,6 +67,17 @@ end
 local function journal(done_key, status, attempt, ms, id, note)
   redis.call('RPUSH', done_key,
     status .. '|' .. attempt .. '|' .. ms .. '|' .. string.len(id) .. '|' .. id .. (note or ''))
+end
+
+-- A job that may no longer be published: its envelope and attempts are forgotten, the
+-- expired zset marks it (+inf until the recorder has written it to MySQL; cancel and
+-- reschedule answer CHANGE_EXPIRED), and the journal says STATUS_EXPIRED.
+-- K = {jobs, attempts, expired, done}.
+local function expire(K, id, attempt, now, note)
+  redis.call('HDEL', K.jobs, id)
+  redis.call('HDEL', K.attempts, id)
+  redis.call('ZADD', K.expired, '+inf', id)
+  journal(K.done, STATUS_EXPIRED, attempt, now, id, note)
 end
 
 -- Current earliest score of a zset, or nil when empty.
@@ -65,13 +97,15 @@ local function wake_if_earlier(channel, slot, old_head, new_min)
 end
 
 -- A failed or timed-out attempt: back to the delay zset with exponential backoff, or
--- to the dead-letter set once the job has used its max attempts.
--- K = {delay, dead, jobs, attempts, seq, done}. Returns STATUS_FIRING and the new due
--- score, STATUS_DEAD, or nil when the job is gone (acked or cancelled meanwhile).
+-- to the dead-letter set once the job has used its max attempts, or expired when the
+-- retry would come after due_ms + expires_after_ms (it could not be published in time).
+-- K = {delay, dead, jobs, attempts, seq, done, expired}. Returns STATUS_FIRING and the
+-- new due score, STATUS_DEAD, STATUS_EXPIRED, or nil when the job is gone (acked or
+-- cancelled meanwhile).
 local function retry_or_bury(K, id, now, base_ms, cap_ms, note)
   local v = redis.call('HGET', K.jobs, id)
   if not v then return nil end
-  local seq, max_attempts, due, body_at = parse_envelope(v)
+  local _, max_attempts = parse_envelope(v)
   local attempt = tonumber(redis.call('HGET', K.attempts, id) or '0')
   if attempt >= tonumber(max_attempts) then
     redis.call('ZADD', K.dead, now, id)
@@ -80,27 +114,35 @@ local function retry_or_bury(K, id, now, base_ms, cap_ms, note)
   end
   local backoff = base_ms * math.pow(2, math.max(attempt - 1, 0))
   if backoff > cap_ms then backoff = cap_ms end
-  local new_seq = seq_hex(reserve_seq(K.seq, 1))
-  redis.call('HSET', K.jobs, id, new_seq .. '|' .. max_attempts .. '|' .. due .. '|' ..
-    string.sub(v, body_at))
   local score = now + backoff
+  local last = expires_at(v)
+  if last and score > last then
+    expire(K, id, attempt, now, 'expired: its retry would come after due + expires_after; ' ..
+      'last error: ' .. note)
+    return STATUS_EXPIRED
+  end
+  local new_seq = seq_hex(reserve_seq(K.seq, 1))
+  redis.call('HSET', K.jobs, id, rewrite_envelope(v, new_seq))
   redis.call('ZADD', K.delay, score, member_of(new_seq, id))
   journal(K.done, STATUS_FIRING, attempt, now, id, note)
   return STATUS_FIRING, score
 end
 
 -- retry_or_bury for jobs already taken out of the in-flight zset.
--- Returns retried, dead, and the earliest new due score (NO_TIME when none was retried).
+-- Returns retried, dead, expired, and the earliest new due score (NO_TIME when none was
+-- retried).
 local function retry_or_bury_all(K, ids, now, base_ms, cap_ms, note)
-  local retried, dead, earliest = 0, 0, NO_TIME
+  local retried, dead, expired, earliest = 0, 0, 0, NO_TIME
   for _, id in ipairs(ids) do
     local outcome, score = retry_or_bury(K, id, now, base_ms, cap_ms, note)
     if outcome == STATUS_DEAD then
       dead = dead + 1
+    elseif outcome == STATUS_EXPIRED then
+      expired = expired + 1
     elseif outcome == STATUS_FIRING then
       retried = retried + 1
       if earliest == NO_TIME or score < earliest then earliest = score end
     end
   end
-  return retried, dead, earliest
+  return retried, dead, expired, earliest
 end

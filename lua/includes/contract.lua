@@ -9,6 +9,7 @@ local STATUS_FIRING = 1
 local STATUS_FIRED = 2
 local STATUS_CANCELLED = 3
 local STATUS_DEAD = 4
+local STATUS_EXPIRED = 5
 
 -- AddCode
 local ADD_ADDED = 1
@@ -21,6 +22,7 @@ local CHANGE_ABSENT = 0
 local CHANGE_IN_FLIGHT = -2
 local CHANGE_DEAD = -3
 local CHANGE_FIRED = -4
+local CHANGE_EXPIRED = -5
 
 -- TakeCode
 local TAKE_TAKEN = 1

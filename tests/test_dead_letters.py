@@ -14,7 +14,7 @@ from actors.node import Node
 from cluster import DelayClient, JobStatus
 from cluster.config import Settings
 from cluster.keys import slot_of
-from cluster.scripts import Scripts
+from cluster.scripts import ClaimResult, Scripts
 from tests.conftest import Collector, wait_for
 
 
@@ -28,7 +28,7 @@ async def make_dead(client: DelayClient, scripts: Scripts, topic: str, count: in
     for slot, claim in zip(
         slots, await scripts.claim_many([(s, 0) for s in slots], 100, 60_000), strict=True
     ):
-        assert claim is not None
+        assert isinstance(claim, ClaimResult)
         await scripts.nack(slot, 0, [c.job_id for c in claim.jobs], "broker said no", 10, 10)
     return ids
 

@@ -3,8 +3,10 @@
     python examples/consumer.py orders.close
 
 Each record's value is JSON: job_id, topic, biz_id, biz_type, due_ms, fired_ms, attempt,
-payload. delayq delivers at least once; after a crash a job may arrive twice, so make
-the handler idempotent (keyed by job_id), or remember handled job_ids.
+payload. delayq delivers at least once; after a crash a job may arrive twice. FiredRecords
+decodes each record, and its Deduplicator drops repeated deliveries of a job seen in the
+last ten minutes by this process (cluster/consumer.py says exactly which); a handler that
+must never run twice still keys its own writes by job_id.
 """
 
 from __future__ import annotations
@@ -13,15 +15,14 @@ import asyncio
 import sys
 import time
 
-import orjson
-
 from cluster.config import Settings
+from cluster.consumer import Deduplicator, FiredRecord, FiredRecords
 from cluster.kafka_conn import make_consumer, start_client
 
 
-async def handle(job: dict[str, object]) -> None:
-    late_ms = time.time() * 1000 - float(job["due_ms"])  # type: ignore[arg-type]
-    print(f"{job['biz_type']} {job['biz_id']}: {job['payload']} (late {late_ms:.1f} ms)")
+async def handle(job: FiredRecord) -> None:
+    late_ms = time.time() * 1000 - job.due_ms
+    print(f"{job.biz_type} {job.biz_id}: {job.payload} (late {late_ms:.1f} ms)")
 
 
 async def main(topic: str) -> None:
@@ -40,9 +41,11 @@ async def main(topic: str) -> None:
         fetch_max_wait_ms=5,
     )
     await start_client(consumer, settings)
+    # per_job: also drop delayq's re-publish of a job after a failure (the next attempt).
+    dedupe = Deduplicator(window_s=600, per_job=True)
     try:
-        async for message in consumer:
-            await handle(orjson.loads(message.value))
+        async for job in FiredRecords(consumer, dedupe):
+            await handle(job)
             await consumer.commit()
     finally:
         await consumer.stop()

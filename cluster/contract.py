@@ -36,7 +36,7 @@ class AddCode(IntEnum):
 
     ADDED = 1
     PRESENT = 0  # already in Redis: nothing changed
-    REFUSED = -1  # cancelled (its tombstone has not expired) or fired a moment ago
+    REFUSED = -1  # cancelled (its tombstone has not expired), fired or expired a moment ago
 
 
 @unique

@@ -19,8 +19,8 @@ Per slot:
   acked     zset  fired job ids → +inf until recorded in MySQL, then when the marker
                   expires; cancel, reschedule and add check it
   expired   zset  expired job ids (not published by due time + expires_after) → +inf
-                  until recorded in MySQL, then when the marker expires; cancel and
-                  reschedule check it
+                  until recorded in MySQL, then when the marker expires; cancel,
+                  reschedule and add check it
   owner     string the slot's current ownership epoch (fencing token; lua/take.lua):
                   a script called with another answers ErrorCode.FENCED
 """

@@ -111,7 +111,7 @@ class Scripts(ScriptRunner):
                 args: list[Any] = [self.keys.wake_channel, slot, self.payload_lead_ms]
                 for job in jobs[start : start + ADD_CHUNK]:
                     args += (job.job_id, job.due_ms, job.attempts_field, job.tail)
-                calls.append((slot, [k.delay, k.jobs, k.seq, k.tomb, k.acked], args))
+                calls.append((slot, [k.delay, k.jobs, k.seq, k.tomb, k.acked, k.expired], args))
         results: dict[int, tuple[bool, list[AddCode]]] = {}
         failed: dict[int, SlotFailed] = {}
         for (slot, _, _), reply in zip(calls, await self._call_many("add", calls), strict=True):

@@ -1,6 +1,6 @@
 -- add: schedule jobs into one slot (idempotent per job id).
 -- KEYS[1] delay zset   KEYS[2] jobs hash   KEYS[3] seq counter   KEYS[4] tomb zset
--- KEYS[5] acked zset
+-- KEYS[5] acked zset   KEYS[6] expired zset
 -- ARGV[1] wake channel   ARGV[2] slot number   ARGV[3] payload lead ms (0: none)
 -- ARGV[4..] groups of 4: job_id, due_ms, max_attempts, tail (cluster/envelope.py);
 -- max_attempts is the envelope's field as it is stored: "<max_attempts>", or
@@ -12,12 +12,13 @@
 -- Returns {woke, code_1, ..., code_n}: woke is 1 when the slot's earliest due time
 -- moved earlier (the owner was woken by PUBLISH); each code is ADD_ADDED, ADD_PRESENT
 -- (already scheduled: nothing changed) or ADD_REFUSED (the job was cancelled and its
--- tombstone has not expired, or it has just fired and its MySQL status is not recorded
--- yet).
+-- tombstone has not expired, or it has just fired or expired and its MySQL status is not
+-- recorded yet).
 --@include contract
 --@include common
 
-local delay, jobs, seq_key, tomb, acked = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local delay, jobs, seq_key, tomb, acked, expired =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local n = (#ARGV - 3) / 4
 local now = now_ms()
 local lead = tonumber(ARGV[3])
@@ -30,7 +31,8 @@ for i = 0, n - 1 do
   local id, due = ARGV[4 + i * 4], ARGV[5 + i * 4]
   local code = ADD_PRESENT
   local tomb_expires = redis.call('ZSCORE', tomb, id)
-  if (tomb_expires and tonumber(tomb_expires) > now) or redis.call('ZSCORE', acked, id) then
+  if (tomb_expires and tonumber(tomb_expires) > now) or redis.call('ZSCORE', acked, id)
+      or redis.call('ZSCORE', expired, id) then
     code = ADD_REFUSED
   elseif redis.call('HEXISTS', jobs, id) == 0 then
     local seq = seq_hex(first_seq + i)

@@ -236,6 +236,28 @@ HOSTILE = ["'; DROP TABLE job_0000; --", "redis.call('FLUSHALL')", "\\\\", "{dq:
         (lambda c: c.get(None), "job_id must be a str"),
         (lambda c: c.reschedule("x", at="tomorrow"), "number"),
         (lambda c: c.replay_dead(topic="no such topic!"), "Kafka topic"),
+        (lambda c: c.schedule("t", 1, delay=1, expires_after=0), "more than 0"),
+        (lambda c: c.schedule("t", 1, delay=1, expires_after=-5), "more than 0"),
+        (lambda c: c.schedule("t", 1, delay=1, expires_after=float("nan")), "finite"),
+        (lambda c: c.schedule("t", 1, delay=1, expires_after=float("inf")), "finite"),
+        (lambda c: c.schedule("t", 1, delay=1, expires_after="60"), "must be a number"),
+        (lambda c: c.schedule("t", 1, delay=1, expires_after=True), "must be a number"),
+        (lambda c: c.schedule("t", 1, delay=1, expires_after=10**400), "out of range"),
+        (lambda c: c.schedule("t", 1, delay=1, expires_after=4e7), "max_delay_s"),
+        (
+            lambda c: c.schedule_many(
+                [Job("t", 1, delay=1), Job("t", 1, delay=1, expires_after=0)]
+            ),
+            "job 1: expires_after must be more than 0",
+        ),
+        (
+            lambda c: c.schedule_many(
+                [{"topic": "t", "payload": 1, "delay": 1, "expires_after": []}]
+            ),
+            "job 0: expires_after must be a number",
+        ),
+        (lambda c: c.expired_jobs(limit=0), "limit"),
+        (lambda c: c.expired_jobs(topic="a b"), "Kafka topic"),
     ],
 )
 async def test_bad_input_matrix_changes_nothing(

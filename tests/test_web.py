@@ -26,12 +26,16 @@ from actors.node import Node
 from cluster import DelayClient, JobStatus
 from cluster.client import OutcomeUnknown
 from cluster.config import ConfigError, Settings
+from cluster.jobs import now_ms
+from cluster.keys import slot_of
+from cluster.rows import Outcome
 from cluster.scripts import Scripts
 from devstack.nodes import settings_env
 from tests.conftest import Collector, wait_for
 from tests.forwarder import forwarder, free_port
 from tests.test_client import snapshot
 from tests.test_dead_letters import make_dead
+from tests.test_expiry import claim_all
 from web.api import ROUTES, problems_middleware
 from web.auth import Tokens, parse_tokens
 from web.openapi import openapi_document
@@ -95,6 +99,9 @@ async def api(settings: Settings) -> AsyncIterator[Api]:
     settings = settings.replace(web_tokens=TOKENS, payload_max_bytes=1000, max_delay_s=3600.0)
     async with DelayClient(settings) as client, serving(settings, client) as running:
         yield running
+
+
+HOUR = 3600
 
 
 def ok_job(**fields: object) -> dict[str, object]:
@@ -194,6 +201,63 @@ async def test_reschedule(api: Api) -> None:
     await api.client.cancel(job_id)
     status, body, _ = await api.call("POST", path, {"delay": 1})
     assert (status, body["job_status"]) == (409, "cancelled")
+
+
+async def test_cancel_and_reschedule_say_why_not(api: Api, scripts: Scripts) -> None:
+    """409 with the job's status: being published, fired (with its time and attempt once
+    recorded), expired."""
+    client = api.client
+    in_flight, fired, expired = [
+        await client.schedule("t", 1, at=now_ms() / 1000 - 10, expires_after=after)
+        for after in (HOUR, HOUR, 1)
+    ]
+    claimed, _ = await claim_all(client, scripts, [in_flight, fired, expired])
+    assert claimed == {in_flight, fired}
+    slot = slot_of(fired, client.settings.slots)
+    assert await scripts.ack(slot, [fired.encode()]) == 1
+    changes = (("DELETE", "", None), ("POST", "/reschedule", {"delay": 5}))
+    for job_id, job_status in ((in_flight, "in_flight"), (fired, "fired"), (expired, "expired")):
+        for method, suffix, body in changes:
+            status, problem, _ = await api.call(method, f"/v1/jobs/{job_id}{suffix}", body)
+            assert (status, problem["job_status"]) == (409, job_status), problem
+            assert "fired_ms" not in problem and "attempt" not in problem
+    # The node records the fire (the recorder's write): now it says when.
+    at = now_ms()
+    await client.mysql.record_outcomes([Outcome(fired, JobStatus.FIRED, 1, at, "", slot)])
+    status, problem, _ = await api.call("DELETE", f"/v1/jobs/{fired}")
+    assert (status, problem["job_status"], problem["fired_ms"], problem["attempt"]) == (
+        409,
+        "fired",
+        at,
+        1,
+    )
+
+
+async def test_expires_after_and_the_expired_list(api: Api, scripts: Scripts) -> None:
+    status, body, _ = await api.call(
+        "POST", "/v1/jobs", {"topic": "t.x", "payload": 1, "at": 1, "expires_after": 0.5}
+    )
+    assert status == 201
+    job_id = body["job_id"]
+    status, record, _ = await api.call("GET", f"/v1/jobs/{job_id}")
+    assert (record["status"], record["expires_after"]) == ("pending", 0.5)
+    assert await claim_all(api.client, scripts, [job_id]) == (set(), 1)
+    slot = slot_of(job_id, api.client.settings.slots)
+    await api.client.mysql.record_outcomes(
+        [Outcome(job_id, JobStatus.EXPIRED, 0, now_ms(), "expired: too late", slot)]
+    )
+    status, body, _ = await api.call("GET", "/v1/expired?topic=t.x", token=VIEWER)
+    assert status == 200 and body["count"] == 1
+    [listed] = body["expired"]
+    assert (listed["job_id"], listed["status"], listed["last_error"]) == (
+        job_id,
+        "expired",
+        "expired: too late",
+    )
+    status, body, _ = await api.call("GET", "/v1/expired?topic=other&limit=5")
+    assert (status, body) == (200, {"expired": [], "count": 0})
+    status, _, _ = await api.call("GET", "/v1/expired", token=PRODUCER)
+    assert status == 403
 
 
 # ----- dead letters and the cluster ----------------------------------------------------------
@@ -369,6 +433,12 @@ BAD_BODIES: list[tuple[object, int, str]] = [
     (ok_job(max_attempts=2.5), 422, "max_attempts"),
     (ok_job(max_attempts=True), 422, "max_attempts"),
     (ok_job(payload="x" * 2000), 422, "payload_max_bytes"),
+    (ok_job(expires_after=0), 422, "expires_after must be more than 0"),
+    (ok_job(expires_after=-1), 422, "expires_after must be more than 0"),
+    (ok_job(expires_after="60"), 422, "expires_after must be a number"),
+    (ok_job(expires_after=True), 422, "expires_after must be a number"),
+    (ok_job(expires_after=3601), 422, "max_delay_s"),
+    (b'{"topic": "t", "payload": 1, "delay": 1, "expires_after": 1e999}', 400, "not valid JSON"),
     ({"jobs": "x"}, 422, "array of jobs"),
     ({"jobs": [ok_job()], "more": 1}, 422, "unknown fields"),
     ({"jobs": [ok_job(), ok_job(delay=-1)]}, 422, "job 1: delay must be >= 0"),
@@ -404,6 +474,8 @@ async def test_bad_ids_and_arguments_elsewhere(api: Api, redis: Any) -> None:
         ("GET", "/v1/dead-letters?limit=0", None, "limit"),
         ("GET", "/v1/dead-letters?limit=ten", None, "limit"),
         ("GET", "/v1/dead-letters?topic=a%20b", None, "Kafka topic"),
+        ("GET", "/v1/expired?limit=0", None, "limit"),
+        ("GET", "/v1/expired?topic=a%20b", None, "Kafka topic"),
         ("POST", "/v1/dead-letters/replay", {"job_ids": ["ok", "x "]}, "end with a space"),
     ]:
         status, problem, _ = await api.call(method, path, body)

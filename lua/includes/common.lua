@@ -70,8 +70,8 @@ local function journal(done_key, status, attempt, ms, id, note)
 end
 
 -- A job that may no longer be published: its envelope and attempts are forgotten, the
--- expired zset marks it (+inf until the recorder has written it to MySQL; cancel and
--- reschedule answer CHANGE_EXPIRED), and the journal says STATUS_EXPIRED.
+-- expired zset marks it (+inf until the recorder has written it to MySQL: add refuses
+-- it, cancel and reschedule answer CHANGE_EXPIRED), and the journal says STATUS_EXPIRED.
 -- K = {jobs, attempts, expired, done}.
 local function expire(K, id, attempt, now, note)
   redis.call('HDEL', K.jobs, id)

@@ -307,6 +307,7 @@ class DelayClient:
         biz_id: str | None = None,
         biz_type: str | None = None,
         max_attempts: int | None = None,
+        expires_after: float | None = None,
     ) -> str:
         """Schedule one job inside the caller's own MySQL transaction; returns its job_id.
 
@@ -328,6 +329,7 @@ class DelayClient:
             biz_type=biz_type,
             max_attempts=max_attempts,
             settings=self.settings,
+            expires_after=expires_after,
         )
         if conn.get_autocommit():
             raise InvalidJob(

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import aiomysql
+
 from actors.reconciler import load_bound_ms, reconcile
 from cluster import ChangeStatus, DelayClient, JobStatus
 from cluster.config import Settings
@@ -17,6 +19,7 @@ from cluster.keys import slot_of
 from cluster.redis_conn import RedisClient
 from cluster.rows import Outcome
 from cluster.scripts import Scripts
+from cluster.sql import mysql_connect_args
 from devstack.nodes import free_port
 from tests.conftest import Collector, wait_for
 from tests.processes import NodeProcess
@@ -77,6 +80,20 @@ async def test_the_row_and_the_envelope_keep_it_lean_and_reloaded(
     await reconcile(client.settings, client.mysql, client.scripts, slots, until_ms=until_ms)
     assert (await envelope(client, redis, near) or b"")[12:22] == b"|16:90000|"
     assert (await envelope(client, redis, lean) or b"")[12:20] == b"|16:250|"
+
+
+async def test_a_job_scheduled_in_the_callers_transaction_keeps_it(
+    settings: Settings, client: DelayClient
+) -> None:
+    conn = await aiomysql.connect(charset="utf8mb4", **mysql_connect_args(settings))
+    try:
+        await conn.begin()
+        job_id = await client.schedule_in(conn, "t", 1, delay=60, expires_after=30)
+        await conn.commit()
+    finally:
+        conn.close()
+    row = await client.get(job_id)
+    assert row is not None and row.expires_after_ms == 30_000
 
 
 # ----- the scripts that decide ----------------------------------------------------------------

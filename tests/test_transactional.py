@@ -186,6 +186,8 @@ async def test_bad_calls_change_nothing(settings: Settings, conn: Any) -> None:
             await client.schedule_in(conn, "a b", 1, delay=1)
         with pytest.raises(InvalidJob, match="end with a space"):
             await client.schedule_in(conn, "t", 1, delay=1, job_id="x ")
+        with pytest.raises(InvalidJob, match="expires_after must be more than 0"):
+            await client.schedule_in(conn, "t", 1, delay=1, expires_after=0)
         await conn.commit()
         await conn.autocommit(True)
         with pytest.raises(InvalidJob, match="autocommit"):

@@ -5,7 +5,10 @@ on a node that died, a job whose publishes fail until its retry would come too l
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import aiomysql
@@ -20,7 +23,7 @@ from cluster.redis_conn import RedisClient
 from cluster.rows import Outcome
 from cluster.scripts import Scripts
 from cluster.sql import mysql_connect_args
-from devstack.nodes import free_port
+from devstack.nodes import free_port, settings_env
 from tests.conftest import Collector, wait_for
 from tests.processes import NodeProcess
 from tests.test_answers import claim
@@ -297,6 +300,18 @@ async def test_jobs_whose_nodes_were_down_past_their_expiry_never_arrive(
     assert [entry["status"] for entry in history] == [JobStatus.EXPIRED]
     assert (await client.cancel(soon)).status == ChangeStatus.EXPIRED  # from MySQL now
     assert await client.expired_jobs(topic="other.topic") == []
+    listed = subprocess.run(
+        [sys.executable, "-m", "cluster.cli", "expired", "--topic", topic],
+        env={**os.environ, **settings_env(settings)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert {line.split()[0] for line in lines[:-1]} == {soon, claimed}
+    assert "expires_after 0.3s" in lines[0] and "why expired:" in lines[0]
+    assert lines[-1] == f"2 expired job(s) of topic {topic}"
 
 
 async def test_a_job_whose_publishes_fail_expires_when_its_retry_would_be_too_late(

@@ -80,6 +80,8 @@ class FiredRecord:
     attempt: int
     node: str | None  # the delayq-node header: the node that published it
     message: ConsumerRecord[Any, Any]  # the Kafka record (partition, offset, key, ...)
+    recurring: str | None = None  # a recurring schedule's tick: the schedule's name
+    tick_ms: int | None = None  # and the tick's time
 
 
 def fired_record(message: ConsumerRecord[Any, Any]) -> FiredRecord:
@@ -109,6 +111,8 @@ def fired_record(message: ConsumerRecord[Any, Any]) -> FiredRecord:
         attempt=attempt,
         node=node,
         message=message,
+        recurring=value.get("recurring"),
+        tick_ms=value.get("tick_ms"),
     )
 
 

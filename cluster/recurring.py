@@ -27,6 +27,7 @@ from typing import Any
 
 import pymysql
 
+from cluster.changes import CancelResult
 from cluster.config import Settings
 from cluster.contract import WAITING_STATUSES, JobStatus
 from cluster.jobs import InvalidJob, now_ms, validate
@@ -187,7 +188,10 @@ class RecurringSchedules:
     a replaced or removed definition's ticks are cancelled like any job."""
 
     def __init__(
-        self, settings: Settings, mysql: MySQLStore, cancel: Callable[[str], Awaitable[bool]]
+        self,
+        settings: Settings,
+        mysql: MySQLStore,
+        cancel: Callable[[str], Awaitable[CancelResult]],
     ) -> None:
         self.settings = settings
         self.mysql = mysql

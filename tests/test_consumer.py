@@ -151,6 +151,7 @@ async def test_fired_records_drop_the_repeats_kafka_delivers(
         assert (first.payload, first.biz_id, first.topic) == ({"order": 42}, "order-42", topic)
         assert first.node == node.settings.node_id and first.message.offset == 0
         assert first.fired_ms >= first.due_ms
+        assert (first.recurring, first.tick_ms) == (None, None)
         assert (dedupe.dropped, records.invalid) == (1, 1)
         # Kafka delivers it all again (a seek back, as after a rebalance before a
         # commit): every record is a repeat, and only a new one comes through.

@@ -13,15 +13,19 @@ unreachable, a commit of unknown outcome) is tried again, with the same job ids,
 a capped exponential backoff; nothing is committed past it meanwhile. Records read again
 (after a crash, a stop mid-round, a rebalance) are the same jobs: one job per id, and a
 record without an id has one derived from its place in Kafka (ingress/records.py).
+The next round is fetched and parsed while the current one is stored; rounds are stored
+and committed one at a time, in order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pymysql
@@ -116,6 +120,16 @@ def check_settings(settings: Settings) -> None:
             f"ingress_batch must be <= {MAX_BATCH} (schedule_many()'s limit per call), "
             f"got {settings.ingress_batch}"
         )
+
+
+@dataclass
+class Round:
+    """Records read by one fetch: the valid jobs, the refused records, and each
+    partition's offset to commit once the jobs are stored and the refusals sent."""
+
+    offsets: dict[TopicPartition, int]
+    accepted: list[Accepted]
+    refused: list[Refused]
 
 
 class Ingress:
@@ -249,21 +263,35 @@ class Ingress:
     # ----- rounds ------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Rounds until stop(). An unexpected error ends it (raised) without committing
-        the round it happened in."""
-        consumer = self._consumer
-        while not self.stopping:
-            batch = await consumer.getmany(
-                timeout_ms=FETCH_TIMEOUT_MS, max_records=self.settings.ingress_batch
-            )
-            if batch:
-                await self.round(batch)
-            self._maybe_summarize()
+        """Rounds until stop(). The next round is fetched and parsed while the current
+        one is being stored (the store waits on MySQL and Redis most of its time);
+        rounds are stored and committed one after the other, in order. An unexpected
+        error ends it (raised) without committing the round it happened in."""
+        upcoming = asyncio.create_task(self._next_round())
+        try:
+            while not self.stopping:
+                current = await upcoming
+                if self.stopping:
+                    break  # read, not stored: never committed
+                upcoming = asyncio.create_task(self._next_round())
+                if current is not None:
+                    await self.complete(current)
+                self._maybe_summarize()
+        finally:
+            upcoming.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await upcoming
         self._maybe_summarize(force=True)
 
-    async def round(self, batch: dict[TopicPartition, list[ConsumerRecord[Any, Any]]]) -> bool:
-        """Store a round's jobs, send its refused records to the error topic, then
-        commit its offsets. False when it was abandoned because of stop()."""
+    async def _next_round(self) -> Round | None:
+        """The next records (None when none came within FETCH_TIMEOUT_MS), parsed."""
+        batch = await self._consumer.getmany(
+            timeout_ms=FETCH_TIMEOUT_MS, max_records=self.settings.ingress_batch
+        )
+        return self.parse_round(batch) if batch else None
+
+    def parse_round(self, batch: dict[TopicPartition, list[ConsumerRecord[Any, Any]]]) -> Round:
+        """A fetch's records as jobs and refusals, with the offsets to commit after."""
         self.rounds_total += 1
         now = now_ms()
         accepted: list[Accepted] = []
@@ -275,11 +303,17 @@ class Ingress:
                     accepted.append(outcome)
                 else:
                     refused.append(outcome)
-        if accepted and not await self._store(accepted, refused):
+        offsets = {tp: records[-1].offset + 1 for tp, records in batch.items()}
+        return Round(offsets, accepted, refused)
+
+    async def complete(self, current: Round) -> bool:
+        """Store a round's jobs, send its refused records to the error topic, then
+        commit its offsets. False when it was abandoned because of stop()."""
+        if current.accepted and not await self._store(current.accepted, current.refused):
             return False
-        if refused and not await self._send_errors(refused):
+        if current.refused and not await self._send_errors(current.refused):
             return False
-        await self._commit({tp: records[-1].offset + 1 for tp, records in batch.items()})
+        await self._commit(current.offsets)
         self.last_round_ms = now_ms()
         return True
 

@@ -17,7 +17,8 @@
    does it, with schedule_batch (one more MySQL read per call, to tell new jobs from
    ones already there).
 
-Each part gets a fresh key prefix and database (dropped afterwards, with the keys).
+Each part gets a fresh key prefix and database (dropped afterwards, with the keys, and
+the topics).
 Prints one line per part and the ratio. Needs the local stack (`eval "$(delayq services
 env)"`); the broker is the local Tansu, whose produce and fetch costs differ from Apache
 Kafka's.
@@ -167,6 +168,12 @@ async def ingress_rate(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> 
         return len(jobs) / elapsed, ids
     finally:
         await forget(settings)
+        admin = make_admin(settings)
+        try:
+            await start_client(admin, settings)
+            await admin.delete_topics([name, f"{name}.errors"])
+        finally:
+            await admin.close()
 
 
 async def client_rate(

@@ -175,7 +175,8 @@ def _parser() -> argparse.ArgumentParser:
         "group ingress_group, schedule each one as a job (a JSON object with the fields of a "
         "job request: topic, payload, delay or at, and job_id, biz_id, biz_type, "
         "max_attempts), send the records that are not valid jobs to the error topic with "
-        "the reason, and commit a round's offsets once its jobs are stored. A record "
+        "the reason, and commit a round's offsets only once its jobs are stored and its "
+        "error records acknowledged. A record "
         "without a job_id is given one derived from its topic, partition, offset and "
         "timestamp, so a record read twice is one job. Start more processes with the same "
         "settings to share the topic's partitions (docs/ingress.md).",

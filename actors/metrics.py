@@ -54,6 +54,7 @@ METRIC_NAMES = frozenset(
         "delayq_journal_recorded_total",
         "delayq_actor_restarts_total",
         "delayq_retention_deleted_total",
+        "delayq_recurring_ticks_total",
         "delayq_fire_lateness_seconds",
         "delayq_stage_seconds",
         "delayq_cluster_slots",
@@ -163,6 +164,15 @@ def _counters(p: NodeParts) -> Iterator[Metric]:
     deleted.add_metric(["jobs"], p.retention.deleted_jobs_total)
     deleted.add_metric(["history"], p.retention.deleted_history_total)
     yield deleted
+    ticks = CounterMetricFamily(
+        "delayq_recurring_ticks",
+        "Ticks of recurring schedules: made into jobs ahead of their time, or missed (no "
+        "node made them in time) and dropped by their schedule's missed policy.",
+        labels=["outcome"],
+    )
+    ticks.add_metric(["made"], p.recurring.made_total)
+    ticks.add_metric(["missed"], p.recurring.missed_total)
+    yield ticks
 
 
 def _add(family: HistogramMetricFamily, histograms: Histograms, *extra: str) -> None:

@@ -33,12 +33,14 @@ from actors.dispatcher import Dispatcher
 from actors.filler import Filler
 from actors.membership import ClusterConfigError, Membership
 from actors.mover import Mover
+from actors.outbox import Outbox
 from actors.ownership import HeldSlots
 from actors.preflight import UnsafeConfig, check_redis
 from actors.queues import SlotQueue
 from actors.reaper import RetryReaper
 from actors.reconciler import Reconciler
 from actors.recorder import Recorder
+from actors.recurring import RecurringTicks
 from actors.retention import Retention
 from actors.sampler import Sampler
 from actors.scanner import SlotScanner
@@ -83,6 +85,8 @@ class NodeParts:
     recorder: Recorder
     reconciler: Reconciler
     filler: Filler
+    outbox: Outbox
+    recurring: RecurringTicks
     sampler: Sampler
     retention: Retention
     supervisor: Supervisor
@@ -189,6 +193,8 @@ class Node:
         listener = WakeListener(s, redis, self.keys.wake_channel, held, scanner)
         reconciler = Reconciler(s, self.mysql, scripts, held, reconcile_queue)
         filler = Filler(s, scripts, self.mysql, held)
+        outbox = Outbox(s, scripts, self.mysql, held)
+        recurring = RecurringTicks(s, scripts, self.mysql, held)
         sampler = Sampler(s, redis, self.keys, self.mysql, producer, held)
         retention = Retention(s, self.mysql, held)
 
@@ -207,8 +213,10 @@ class Node:
                 sampler,
                 retention,
                 listener,
+                recurring,
                 reconciler,
                 filler,
+                outbox,
                 scanner,
                 mover,
                 dispatcher,
@@ -229,6 +237,8 @@ class Node:
             recorder,
             reconciler,
             filler,
+            outbox,
+            recurring,
             sampler,
             retention,
             supervisor,
@@ -265,6 +275,8 @@ class Node:
             "filled": p.filler.filled_total,
             "tails_loaded_at_claim": p.dispatcher.tails_loaded_total,
             "released": p.dispatcher.released_total,
+            "ticks_made": p.recurring.made_total,
+            "ticks_missed": p.recurring.missed_total,
         }
 
 

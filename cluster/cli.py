@@ -8,6 +8,7 @@
     delayq cluster status                members, slot map, per-slot depth
     delayq recover                       re-add to Redis the pending jobs it lost
     delayq dead list|show|replay|purge   the dead-letter set
+    delayq recurring list|show|remove    recurring schedules
     delayq get JOB_ID                    show a job's durable record
     delayq cancel JOB_ID                 cancel a job
 
@@ -223,6 +224,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     top.add_argument("--json", action="store_true", help="with --once: print JSON")
 
+    web = commands.add_parser(
+        "web",
+        help="serve the HTTP API (v1) and the web console",
+        description="Serve the JSON API v1 (schedule, get, cancel, reschedule, dead "
+        "letters, the cluster), its OpenAPI document at /openapi.json and the web "
+        "console at /, until Ctrl-C or SIGTERM. Stateless: run several behind a load "
+        "balancer. Bearer tokens and roles come from web_tokens "
+        "(DELAYQ_WEB_TOKENS=TOKEN=ROLE,...; roles producer, operator, viewer); without "
+        "them it serves a loopback address only. HTTPS with web_tls_certfile and "
+        "web_tls_keyfile. docs/http.md describes every route.",
+    )
+    web.add_argument("--host", help="address to listen on (default: web_host, 127.0.0.1)")
+    web.add_argument(
+        "--port", type=int, help="port to listen on (default: web_port, 8470; 0: any free port)"
+    )
+
     recover = commands.add_parser(
         "recover",
         help="re-add to Redis the pending jobs it lost, from MySQL",
@@ -271,6 +288,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     dead.add_argument(
         "--limit", type=_positive_int, default=100, help="with list: at most this many (>= 1)"
+    )
+
+    recurring = commands.add_parser(
+        "recurring",
+        help="recurring schedules: list, show, remove",
+        description="list: every recurring schedule with its cadence and next tick "
+        "(--removed: removed ones too; --json: as JSON). show NAME: one schedule as JSON. "
+        "remove NAME: stop a schedule; its ticks already made into jobs and due from now on "
+        "are cancelled (one being published at that moment fires). Schedules are created "
+        "with DelayClient.schedule_recurring().",
+    )
+    recurring.add_argument("action", choices=["list", "show", "remove"])
+    recurring.add_argument("name", nargs="?", help="with show and remove: the schedule's name")
+    recurring.add_argument("--json", action="store_true", help="with list: print JSON")
+    recurring.add_argument(
+        "--removed", action="store_true", help="with list: also the removed schedules"
     )
 
     get = commands.add_parser("get", help="print a job's durable record as JSON")
@@ -354,10 +387,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _run(run_top(settings, args.interval, args.once, args.json))
             except KeyboardInterrupt:
                 return 0
+        if args.command == "web":
+            from web.server import serve
+
+            host = settings.web_host if args.host is None else args.host
+            port = settings.web_port if args.port is None else args.port
+            if not 0 <= port <= 65535:
+                print("delayq web: --port must be 0..65535", file=sys.stderr)
+                return 2
+            return _run(serve(settings, host, port))
         if args.command == "recover":
             return _run(_recover(settings, args.slot))
         if args.command == "dead":
             return _run(_dead(settings, args))
+        if args.command == "recurring":
+            return _run(_recurring(settings, args))
         if args.command == "get":
             return _run(_get(settings, args.job_id))
         if args.command == "cancel":
@@ -544,6 +588,61 @@ async def _dead(settings: Settings, args: argparse.Namespace) -> int:
         count = await act(args.job_ids, topic=args.topic)
         print(f"{'replayed' if verb == 'replay' else 'purged'} {count} dead job(s)")
     return 0
+
+
+async def _recurring(settings: Settings, args: argparse.Namespace) -> int:
+    from cluster.client import DelayClient
+    from cluster.recurring import describe
+
+    if args.action in ("show", "remove") and not args.name:
+        print(f"delayq recurring {args.action}: give a NAME", file=sys.stderr)
+        return 2
+    if args.action != "list" and (args.json or args.removed):
+        print("delayq recurring: --json and --removed belong to list", file=sys.stderr)
+        return 2
+    async with DelayClient(settings) as client:
+        if args.action == "list":
+            schedules = [describe(s) for s in await client.recurring(removed=args.removed)]
+            if args.json:
+                print(shown_json(schedules))
+                return 0
+            for schedule in schedules:
+                print(_recurring_line(schedule))
+            return 0
+        if args.action == "show":
+            found = await client.get_recurring(args.name)
+            if found is None:
+                print(f"no recurring schedule {shown(args.name)}", file=sys.stderr)
+                return 1
+            print(shown_json(describe(found)))
+            return 0
+        if not await client.remove_recurring(args.name):
+            print(f"no recurring schedule {shown(args.name)}", file=sys.stderr)
+            return 1
+    print(f"removed {shown(args.name)}")
+    return 0
+
+
+def _recurring_line(schedule: dict[str, Any]) -> str:
+    """One schedule of `delayq recurring list` on a line."""
+    import datetime as dt
+
+    if schedule["cron"] is not None:
+        cadence = f"cron '{schedule['cron']}' {schedule['tz']}"
+    else:
+        cadence = f"every {schedule['every_s']:g}s"
+    next_ms = schedule["next_ms"]
+    if schedule["removed"]:
+        upcoming = "removed"
+    elif next_ms is None:
+        upcoming = "ended"
+    else:
+        moment = dt.datetime.fromtimestamp(next_ms / 1000, dt.UTC)
+        upcoming = "next " + moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        f"{shown(schedule['name'])}  topic {shown(schedule['topic'])}  {cadence}  {upcoming}  "
+        f"missed {schedule['missed']}  generation {schedule['generation']}"
+    )
 
 
 def _confirmed(question: str) -> bool:

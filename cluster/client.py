@@ -1,5 +1,7 @@
-"""The producer API: schedule, schedule_many, cancel, reschedule, get, and the dead
-letters (dead_letters, dead_job, replay_dead, purge_dead: cluster/dead_letters.py).
+"""The producer API: schedule, schedule_many, cancel, reschedule, get, the dead
+letters (dead_letters, dead_job, replay_dead, purge_dead: cluster/dead_letters.py), and
+recurring schedules (schedule_recurring, recurring, remove_recurring:
+cluster/recurring.py).
 
     from cluster.client import DelayClient
 
@@ -41,6 +43,7 @@ from cluster.jobs import (
 )
 from cluster.keys import KeySpace, slot_of
 from cluster.mysql_store import CommitUnknown, JobRecord, MySQLStore
+from cluster.recurring import RecurringSchedule, RecurringSchedules, check_name, validate_recurring
 from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import NewJob, NotReplicated, Scripts, SlotsFailed
 
@@ -52,14 +55,22 @@ __all__ = [
     "JobRecord",
     "JobStatus",
     "OutcomeUnknown",
+    "RecurringSchedule",
     "RedisStepFailed",
     "Scheduled",
+    "StoreMismatch",
     "StoreUnavailable",
 ]
 
 
 class StoreUnavailable(RuntimeError):
     """MySQL could not be reached, so nothing was scheduled (Redis was not touched)."""
+
+
+class StoreMismatch(RuntimeError):
+    """schedule_in() got a connection that cannot write delayq's tables: another MySQL
+    server, or a user without INSERT on them. The caller's transaction is untouched
+    by delayq (the failed statement wrote nothing)."""
 
 
 class OutcomeUnknown(RuntimeError):
@@ -102,6 +113,9 @@ FAILED_SLOT_RETRY_PAUSES_S = (0.1, 0.3, 0.6, 1.0, 2.0)
 # Should Redis's clock be that far ahead, the job is stored lean all the same (a lean
 # envelope is the header with an empty tail) and fires with its tail read from MySQL.
 LEAN_MARGIN_MS = 1000
+# MySQL errors of a statement naming a table this connection cannot write: no such
+# table (another server), no INSERT privilege, no access to the database.
+_NOT_REACHABLE_HERE = (1146, 1142, 1044, 1049)
 # What a MySQL connection that cannot be made or broke raises.
 _UNREACHABLE = (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError)
 
@@ -124,6 +138,7 @@ class DelayClient:
         self._redis: RedisClient | None = None
         self._scripts: Scripts | None = None
         self._dead: DeadLetters | None = None
+        self._recurring: RecurringSchedules | None = None
 
     @classmethod
     def from_env(cls, **overrides: Any) -> DelayClient:
@@ -143,12 +158,14 @@ class DelayClient:
             payload_lead_ms=self.settings.payload_lead_ms,
         )
         self._dead = DeadLetters(self.settings, self._scripts, self.mysql)
+        self._recurring = RecurringSchedules(self.settings, self.mysql, self.cancel)
 
     async def close(self) -> None:
         try:
             await self.mysql.close()
         finally:
             redis, self._redis, self._scripts, self._dead = self._redis, None, None, None
+            self._recurring = None
             if redis is not None:
                 await redis.aclose()
 
@@ -224,6 +241,12 @@ class DelayClient:
         same moment: of two such calls, at most one says True.
         """
         valid, keyed = self._validated(jobs)
+        return await self.schedule_validated(valid, keyed)
+
+    async def schedule_validated(self, valid: list[ValidJob], keyed: set[str]) -> list[Scheduled]:
+        """schedule_batch() of jobs already validated (cluster.jobs.validate_job), with
+        `keyed` the ids their callers gave: for servers that validate each request on
+        its own and store many requests' jobs together (web/batcher.py)."""
         unique = _first_of_each_id(valid)
         created: set[str] = set()
         if unique:
@@ -244,6 +267,64 @@ class DelayClient:
             results.append(Scheduled(job.job_id, job.job_id in created))
             created.discard(job.job_id)  # a repeat of an id in the batch is not new
         return results
+
+    async def schedule_in(
+        self,
+        conn: Any,
+        topic: str,
+        payload: Any,
+        *,
+        delay: float | None = None,
+        at: dt.datetime | float | None = None,
+        job_id: str | None = None,
+        biz_id: str | None = None,
+        biz_type: str | None = None,
+        max_attempts: int | None = None,
+    ) -> str:
+        """Schedule one job inside the caller's own MySQL transaction; returns its job_id.
+
+        `conn` is the caller's aiomysql connection with a transaction open (after
+        `await conn.begin()`), on the MySQL server that holds delayq's database, as a
+        user allowed to INSERT into delayq's tables. The job's row (and a row of the
+        shard's outbox) is written there and not committed: the job exists if and only
+        if the caller's transaction commits. Once it commits, the node owning the job's
+        slot finds it in the outbox within about outbox_poll_ms and adds it to Redis
+        (actors/outbox.py). Arguments as for schedule(); the same job_id twice is one job.
+        """
+        job = validate(
+            topic=topic,
+            payload=payload,
+            delay=delay,
+            at=at,
+            job_id=job_id,
+            biz_id=biz_id,
+            biz_type=biz_type,
+            max_attempts=max_attempts,
+            settings=self.settings,
+        )
+        if conn.get_autocommit():
+            raise InvalidJob(
+                "schedule_in() needs the caller's transaction: the connection is in "
+                "autocommit mode (call await conn.begin() first)"
+            )
+        if str(getattr(conn, "charset", "utf8mb4")) != "utf8mb4":
+            raise InvalidJob(
+                f"schedule_in() needs a connection with charset utf8mb4 (payloads and ids "
+                f"may hold any Unicode), this one has {conn.charset!r}"
+            )
+        try:
+            await self.mysql.insert_in_transaction(
+                conn, job, slot_of(job.job_id, self.settings.slots)
+            )
+        except pymysql.err.MySQLError as exc:
+            if exc.args and exc.args[0] in _NOT_REACHABLE_HERE:
+                raise StoreMismatch(
+                    f"delayq's tables ({self.mysql.database!r}) cannot be written through "
+                    f"this connection: it must reach the MySQL server of mysql_url, as a "
+                    f"user allowed to INSERT into them: {exc}"
+                ) from exc
+            raise
+        return job.job_id
 
     def _validated(
         self, jobs: Sequence[Job | Mapping[str, Any]]
@@ -524,6 +605,87 @@ class DelayClient:
         """Forget dead jobs in Redis (MySQL keeps them as dead): those named, those of
         a topic, or (neither given) all. Returns how many were purged."""
         return await self._dead_letters.purge_dead(job_ids, topic=topic)
+
+    # ----- recurring schedules (cluster/recurring.py) -----------------------------------
+
+    @property
+    def _schedules(self) -> RecurringSchedules:
+        if self._recurring is None:
+            raise RuntimeError("DelayClient is not open: use `async with` or await open()")
+        return self._recurring
+
+    async def schedule_recurring(
+        self,
+        name: str,
+        topic: str,
+        payload: Any,
+        *,
+        cron: str | None = None,
+        every: float | dt.timedelta | None = None,
+        tz: str | None = None,
+        start_at: dt.datetime | float | None = None,
+        end_at: dt.datetime | float | None = None,
+        biz_id: str | None = None,
+        biz_type: str | None = None,
+        max_attempts: int | None = None,
+        missed: str = "fire_once",
+    ) -> RecurringSchedule:
+        """Fire `payload` to `topic` at every tick of a schedule, each tick once, as an
+        ordinary job whose record also carries "recurring" (the name) and "tick_ms".
+
+        Give exactly one of cron (a 5-field expression, read on the wall clock of tz, an
+        IANA zone name, UTC by default) or every (seconds, at least 1, or a timedelta;
+        ticks at start_at + k × every, or on multiples of every since the epoch).
+        start_at and end_at (aware datetimes or epoch seconds) bound the ticks. missed
+        says what happens to ticks no node made into jobs in time (every node down):
+        "fire_once" fires the last of them once, "skip" none. The same name again with
+        the same definition changes nothing; with another definition it replaces the
+        schedule from now on. Returns the schedule as stored. Calling again after an
+        error is safe.
+        """
+        definition = validate_recurring(
+            name=name,
+            topic=topic,
+            payload=payload,
+            cron=cron,
+            every=every,
+            tz=tz,
+            start_at=start_at,
+            end_at=end_at,
+            biz_id=biz_id,
+            biz_type=biz_type,
+            max_attempts=max_attempts,
+            missed=missed,
+            settings=self.settings,
+        )
+        try:
+            return await self._schedules.put(definition)
+        except _UNREACHABLE as exc:
+            raise StoreUnavailable(
+                f"MySQL is unreachable: the schedule {name!r} was not written (calling "
+                f"again is safe): {exc}"
+            ) from exc
+
+    async def recurring(self, *, removed: bool = False) -> list[RecurringSchedule]:
+        """Every recurring schedule, by name (removed ones too with removed=True)."""
+        return await self._schedules.list_all(removed=removed)
+
+    async def get_recurring(self, name: str) -> RecurringSchedule | None:
+        """One recurring schedule (also a removed one), or None."""
+        return await self._schedules.get(name)
+
+    async def remove_recurring(self, name: str) -> bool:
+        """Stop a recurring schedule; True if it was there. Its ticks that are jobs
+        already and due from now on are cancelled, but one being published at this
+        very moment fires. Ticks fired before stay fired."""
+        name = check_name(name)
+        try:
+            return await self._schedules.remove(name)
+        except _UNREACHABLE as exc:
+            raise StoreUnavailable(
+                f"MySQL is unreachable: the schedule {name!r} was not removed (calling again "
+                f"is safe): {exc}"
+            ) from exc
 
 
 def _first_of_each_id(jobs: list[ValidJob]) -> list[ValidJob]:

@@ -116,6 +116,16 @@ class Settings:
     # lost fires.
     recent_reconcile_ms: int = 5000
     safety_wake_ms: int = 1000
+    # How often a node reads its slots' outbox: jobs scheduled inside a caller's own
+    # transaction (schedule_in) reach Redis within about this long of the commit.
+    outbox_poll_ms: int = 50
+    # Recurring schedules (actors/recurring.py): how often a node looks for the ticks of
+    # its slots' schedules to make into jobs, and how far ahead: each tick becomes an
+    # ordinary job between lookahead/2 and lookahead before it is due, so ticks keep
+    # firing on time through a hand-off of the schedule's slot as long as that takes
+    # less than lookahead/2. At least 2 × recurring_poll_ms.
+    recurring_poll_ms: int = 1000
+    recurring_lookahead_ms: int = 60000
     # Jobs are moved and claimed up to this long before their due time and published at
     # it by the Redis clock (actors/dispatcher.py), so the round trips happen before the
     # due time instead of after it. 0 (the default): move and claim at the due time. Off
@@ -229,6 +239,9 @@ class Settings:
             "reconcile_interval_ms",
             "recent_reconcile_ms",
             "safety_wake_ms",
+            "outbox_poll_ms",
+            "recurring_poll_ms",
+            "recurring_lookahead_ms",
             "reap_interval_ms",
             "inflight_timeout_ms",
             "retry_backoff_ms",
@@ -295,6 +308,13 @@ class Settings:
                 f"payload_lead_ms must be 0 (always store payloads in Redis) or between "
                 f"{MIN_PAYLOAD_LEAD_MS} and redis_horizon_ms / 2 "
                 f"({self.redis_horizon_ms // 2}), got {self.payload_lead_ms}"
+            )
+        if self.recurring_lookahead_ms < 2 * self.recurring_poll_ms:
+            # A tick must be made into a job before it is due, in one of the polls
+            # between lookahead and lookahead/2 before it.
+            raise ConfigError(
+                f"recurring_lookahead_ms ({self.recurring_lookahead_ms}) must be at least "
+                f"2 × recurring_poll_ms ({2 * self.recurring_poll_ms})"
             )
         if not self.startup_timeout_s >= 0:
             raise ConfigError(f"startup_timeout_s must be >= 0, got {self.startup_timeout_s}")

@@ -11,6 +11,10 @@ partitioner does, so a key lands where any Kafka producer would put it.
 A lean envelope is the header alone, b"<seq>|<max_attempts>|<due_ms>|" (lua/add.lua
 stores a job due beyond payload_lead_ms so); its tail is made from the job's MySQL row
 by make_tail, exactly as the producer made it, so the record fired is the same bytes.
+
+The tick of a recurring schedule is a job whose id says which schedule and which tick
+(cluster/tick_ids.py): make_tail reads them from the id into the record's "recurring"
+and "tick_ms", so whoever makes the tail, from whichever copy of the job, makes them.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import struct
 from dataclasses import dataclass
 
 import orjson
+
+from cluster.tick_ids import RECURRING_PREFIX, parse_tick_id
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -56,15 +62,18 @@ def make_tail(
     job_id: str, topic: str, biz_id: str | None, biz_type: str | None, payload_json: bytes
 ) -> bytes:
     key = (biz_id if biz_id is not None else job_id).encode()
-    record = orjson.dumps(
-        {
-            "job_id": job_id,
-            "topic": topic,
-            "biz_id": biz_id,
-            "biz_type": biz_type,
-            "payload": orjson.Fragment(payload_json),
-        }
-    )
+    fields: dict[str, object] = {
+        "job_id": job_id,
+        "topic": topic,
+        "biz_id": biz_id,
+        "biz_type": biz_type,
+    }
+    if job_id.startswith(RECURRING_PREFIX):
+        tick = parse_tick_id(job_id)
+        if tick is not None:
+            fields["recurring"], _, fields["tick_ms"] = tick
+    fields["payload"] = orjson.Fragment(payload_json)
+    record = orjson.dumps(fields)
     return b"%s|%d|%d|%s%s" % (topic.encode(), murmur2(key), len(key), key, record)
 
 

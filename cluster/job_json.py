@@ -32,6 +32,9 @@ def job_from_json(value: object) -> dict[str, Any]:
     if "topic" not in value or "payload" not in value:
         raise InvalidJob("a job needs 'topic' and 'payload'")
     job = dict(value)
+    attempts = job.get("max_attempts")
+    if isinstance(attempts, float) and attempts.is_integer():
+        job["max_attempts"] = int(attempts)  # JSON has one number type: 3.0 is 3
     at = job.get("at")
     if isinstance(at, str):
         job["at"] = parse_time(at, "at")
@@ -87,6 +90,8 @@ def record_json(record: JobRecord) -> dict[str, Any]:
         "last_error": record.last_error,
         "created_ms": record.created_ms,
         "modified_ms": record.modified_ms,
+        "recurring": record.recurring,
+        "tick_ms": record.tick_ms,
     }
 
 

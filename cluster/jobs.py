@@ -20,6 +20,7 @@ import orjson
 
 from cluster.config import Settings
 from cluster.envelope import make_tail
+from cluster.tick_ids import RECURRING_PREFIX
 
 
 class InvalidJob(ValueError):
@@ -125,6 +126,19 @@ def check_job_id(job_id: object) -> str:
         )
     _check_chars("job_id", job_id)
     return job_id
+
+
+def check_own_job_id(job_id: object) -> str:
+    """A job id a producer gives a job it schedules: check_job_id's rules, and not in
+    the prefix of recurring schedules' ticks, whose ids delayq derives itself
+    (cluster/tick_ids.py). Such ids can be read, cancelled and rescheduled like any."""
+    checked = check_job_id(job_id)
+    if checked.startswith(RECURRING_PREFIX):
+        raise InvalidJob(
+            f"job_id must not start with {RECURRING_PREFIX!r}: that prefix is kept for the "
+            "ticks of recurring schedules (schedule_recurring)"
+        )
+    return checked
 
 
 # Topic names already found valid: a batch names a few topics many times over.
@@ -242,7 +256,7 @@ def validate(
 ) -> ValidJob:
     """Check every argument of one job; raise InvalidJob naming the first bad one."""
     topic = check_allowed_topic(check_topic(topic), settings)
-    job_id = new_job_id() if job_id is None else check_job_id(job_id)
+    job_id = new_job_id() if job_id is None else check_own_job_id(job_id)
     biz_id = _check_text("biz_id", biz_id, BIZ_ID_MAX_CHARS)
     biz_type = _check_text("biz_type", biz_type, BIZ_TYPE_MAX_CHARS)
     if max_attempts is None:

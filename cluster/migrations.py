@@ -4,11 +4,11 @@ producers on open.
 A migration is a file ``schema/NNN_name.sql`` (package data; NNN is its version, 001,
 002, … without gaps). `delayq db migrate` applies, in version order, every migration the
 database has not recorded, to every shard: each statement of the file (statements end
-with ``;`` at the end of a line) runs once per shard with ``{jobs}`` and ``{history}``
-replaced by that shard's fully qualified table names. To change the schema, add the next
-numbered file; never edit one that has been applied. Nodes of the previous release keep
-running on the migrated schema during an upgrade, so a migration adds (columns, indexes)
-and does not take away what that release uses.
+with ``;`` at the end of a line) runs once per shard with ``{jobs}``, ``{history}``,
+``{outbox}`` and ``{recurring}`` replaced by that shard's fully qualified table names.
+To change the schema, add the next numbered file; never edit one that has been applied.
+Nodes of the previous release keep running on the migrated schema during an upgrade,
+so a migration adds (columns, indexes) and does not take away what that release uses.
 
 The cluster's main database holds two tables besides the shards:
 
@@ -69,9 +69,15 @@ class Migration:
     statements: tuple[str, ...]
     checksum: str
 
-    def for_shard(self, jobs: str, history: str) -> list[str]:
+    def for_shard(self, jobs: str, history: str, outbox: str, recurring: str) -> list[str]:
         # str.replace rather than str.format: a statement may hold braces of its own.
-        return [s.replace("{jobs}", jobs).replace("{history}", history) for s in self.statements]
+        return [
+            s.replace("{jobs}", jobs)
+            .replace("{history}", history)
+            .replace("{outbox}", outbox)
+            .replace("{recurring}", recurring)
+            for s in self.statements
+        ]
 
 
 def parse_migration(version: int, name: str, text: str) -> Migration:
@@ -225,7 +231,9 @@ async def _migrate(store: MySQLStore, cur: Any, migrations: list[Migration]) -> 
         start = record.shards_done if record is not None else 0
         for index in range(start, len(shards)):
             jobs, history = store.shard_tables(shards[index])
-            for statement in migration.for_shard(jobs, history):
+            outbox = store.outbox_table(shards[index])
+            recurring = store.recurring_table(shards[index])
+            for statement in migration.for_shard(jobs, history, outbox, recurring):
                 try:
                     await cur.execute(statement)
                 except pymysql.MySQLError as exc:

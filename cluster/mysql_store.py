@@ -136,6 +136,14 @@ class MySQLStore:
         db = self.database_name(shard[0])
         return f"`{db}`.`job_{shard[1]:04d}`", f"`{db}`.`job_history_{shard[1]:04d}`"
 
+    def outbox_table(self, shard: tuple[int, int]) -> str:
+        """The outbox table of a shard, fully qualified (migration 004, schedule_in)."""
+        return f"`{self.database_name(shard[0])}`.`job_outbox_{shard[1]:04d}`"
+
+    def recurring_table(self, shard: tuple[int, int]) -> str:
+        """The recurring schedules table of a shard, fully qualified (migration 005)."""
+        return f"`{self.database_name(shard[0])}`.`job_recurring_{shard[1]:04d}`"
+
     def all_shards(self) -> list[tuple[int, int]]:
         return [
             (d, t)
@@ -203,17 +211,84 @@ class MySQLStore:
                     raise CommitUnknown(str(exc)) from exc
                 raise  # not committed: a broken connection rolls the transaction back
 
+    async def insert_in_transaction(self, conn: Any, job: ValidJob, slot: int) -> None:
+        """Insert a job's row and its outbox row through the caller's connection, inside
+        the caller's transaction (no commit here): both exist if and only if that
+        transaction commits. An existing job_id keeps its row (its outbox row only makes
+        the owning node look at it again)."""
+        shard = shard_of(job.job_id, self.settings.mysql_databases, self.settings.mysql_tables)
+        async with conn.cursor() as cur:
+            # Stamped in UTC like every delayq time, whatever the caller's session time
+            # zone (CURRENT_TIMESTAMP, the columns' default, would follow it).
+            for statement in self._insert_statements(
+                conn, [job], [slot], {shard: [0]}, stamp_utc=True
+            ):
+                await cur.execute(statement)
+            await cur.execute(
+                f"INSERT INTO {self.outbox_table(shard)} (job_id, slot) VALUES (%s, %s)",
+                (job.job_id, slot),
+            )
+
+    async def write_with_outbox(
+        self, conn: Any, jobs: Sequence[ValidJob], slots: Sequence[int]
+    ) -> None:
+        """Insert jobs' rows (an existing job_id keeps its row) and an outbox row for
+        each, through `conn` and inside its open transaction (no commit here): the node
+        owning each job's slot adds it to Redis once the transaction commits
+        (actors/outbox.py). How recurring schedules' ticks become jobs."""
+        by_shard: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for index, job in enumerate(jobs):
+            by_shard[
+                shard_of(job.job_id, self.settings.mysql_databases, self.settings.mysql_tables)
+            ].append(index)
+        quote = sql.quoter(conn)
+        async with conn.cursor() as cur:
+            for statement in self._insert_statements(conn, jobs, slots, by_shard):
+                await cur.execute(statement)
+            for shard, indexes in by_shard.items():
+                rows = (f"({quote(jobs[i].job_id)},{int(slots[i])})" for i in indexes)
+                head = f"INSERT INTO {self.outbox_table(shard)} (job_id, slot) VALUES "
+                for statement in sql.multi_row(head, rows):
+                    await cur.execute(statement)
+
+    async def outbox_page(
+        self, shard: tuple[int, int], slots: Sequence[int], limit: int
+    ) -> list[tuple[int, str, int]]:
+        """The oldest outbox rows (id, job_id, slot) of these slots in one shard."""
+        if not slots:
+            return []
+        listed = ",".join(str(int(slot)) for slot in slots)
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute(
+                f"SELECT id, job_id, slot FROM {self.outbox_table(shard)}"
+                f" WHERE slot IN ({listed}) ORDER BY id LIMIT %s",
+                (limit,),
+            )
+            return [(int(i), str(j), int(s)) for i, j, s in await cur.fetchall()]
+
+    async def delete_outbox(self, shard: tuple[int, int], ids: Sequence[int]) -> None:
+        if not ids:
+            return
+        listed = ",".join(str(int(i)) for i in ids)
+        async with self.pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute(f"DELETE FROM {self.outbox_table(shard)} WHERE id IN ({listed})")
+
     def _insert_statements(
         self,
         conn: Any,
         jobs: Sequence[ValidJob],
         slots: Sequence[int],
         by_shard: dict[tuple[int, int], list[int]],
+        stamp_utc: bool = False,
     ) -> Iterator[str]:
         """Multi-row INSERTs of the jobs (sql.multi_row). Built here rather than by the
-        driver, whose per-parameter escaping cost more than the database's work."""
+        driver, whose per-parameter escaping cost more than the database's work.
+        stamp_utc: set gmt_create and gmt_modified to UTC_TIMESTAMP(3) rather than
+        leaving them to the session's clock (a caller's connection, schedule_in)."""
         quote = sql.quoter(conn)
         times = sql.DatetimeLiterals()
+        stamps = ",UTC_TIMESTAMP(3),UTC_TIMESTAMP(3)" if stamp_utc else ""
+        stamp_columns = ", gmt_create, gmt_modified" if stamp_utc else ""
         topics: dict[str, str] = {}
 
         def rows(indexes: list[int]) -> Iterator[str]:
@@ -227,14 +302,14 @@ class MySQLStore:
                     f"({quote(job.job_id)},{topic},{quote(job.biz_id)},"
                     f"{quote(job.biz_type)}{pending}{times.of(job.due_ms)},"
                     f"{int(job.max_attempts)},{quote(job.payload_json.decode())},"
-                    f"{int(slots[i])})"
+                    f"{int(slots[i])}{stamps})"
                 )
 
         for shard, indexes in by_shard.items():
             table, _ = self.shard_tables(shard)
             yield from sql.multi_row(
                 f"INSERT INTO {table} (job_id, topic, biz_id, biz_type, status, action_time,"
-                " max_attempts, payload, slot) VALUES ",
+                f" max_attempts, payload, slot{stamp_columns}) VALUES ",
                 rows(indexes),
                 " ON DUPLICATE KEY UPDATE job_id = job_id",
             )

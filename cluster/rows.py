@@ -11,6 +11,7 @@ from typing import Any
 from cluster import sql
 from cluster.contract import JobStatus
 from cluster.envelope import make_tail
+from cluster.tick_ids import parse_tick_id
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,18 @@ class JobRecord:
     @property
     def due(self) -> dt.datetime:
         return dt.datetime.fromtimestamp(self.due_ms / 1000, sql.UTC)
+
+    @property
+    def recurring(self) -> str | None:
+        """The name of the recurring schedule this job is a tick of, or None."""
+        tick = parse_tick_id(self.job_id)
+        return None if tick is None else tick[0]
+
+    @property
+    def tick_ms(self) -> int | None:
+        """The time of the tick this job is (of a recurring schedule), or None."""
+        tick = parse_tick_id(self.job_id)
+        return None if tick is None else tick[2]
 
     @property
     def tail(self) -> bytes:

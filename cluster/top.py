@@ -152,6 +152,8 @@ class Snapshot:
     topics: list[TopicView]
     slot_status: list[SlotStatus]
     fire_rate: float  # jobs/s over the last window_s, all members
+    p50_ms: float | None  # lateness at the consumer's end of the node, all topics
+    p99_ms: float | None
     delay: int  # jobs in Redis over all slots, by where they are
     ready: int
     inflight: int
@@ -224,6 +226,8 @@ def build_snapshot(
                 topic_total[topic],
             )
         )
+    every = merge_buckets(b for buckets in topic_buckets.values() for b in buckets)
+    p50_all, p99_all = quantile(0.5, every), quantile(0.99, every)
     return Snapshot(
         root=status.root,
         slots=status.slots,
@@ -232,6 +236,8 @@ def build_snapshot(
         topics=topics,
         slot_status=status.slot_status,
         fire_rate=sum(topic_rate.values()),
+        p50_ms=None if p50_all is None else p50_all * 1000,
+        p99_ms=None if p99_all is None else p99_all * 1000,
         delay=sum(s.delay for s in status.slot_status),
         ready=sum(s.ready for s in status.slot_status),
         inflight=sum(s.inflight for s in status.slot_status),

@@ -30,7 +30,7 @@ def modules(package: str) -> list[Path]:
 
 
 @pytest.mark.parametrize(
-    "path", modules("cluster") + modules("actors") + modules("ingress"), ids=str
+    "path", modules("cluster") + modules("actors") + modules("web") + modules("ingress"), ids=str
 )
 def test_production_code_never_imports_devstack_at_load(path: Path) -> None:
     for module, top_level in imports(path):
@@ -45,6 +45,13 @@ def test_cluster_never_loads_the_node_runtime_at_import(path: Path) -> None:
     for module, top_level in imports(path):
         if module.split(".")[0] == "actors":
             assert not top_level, f"{path.name} imports {module} at module level"
+
+
+@pytest.mark.parametrize("path", modules("web"), ids=str)
+def test_web_never_imports_the_node(path: Path) -> None:
+    """The web server serves the client's operations; it never runs node code."""
+    for module, _ in imports(path):
+        assert module.split(".")[0] != "actors", f"{path.name} imports {module}"
 
 
 @pytest.mark.parametrize("path", modules("cluster"), ids=str)

@@ -182,13 +182,19 @@ async def test_an_old_style_database_is_adopted(new_database: NewDatabase, tmp_p
             await cur.executemany("INSERT INTO delayq_meta VALUES (%s, %s)", layout.items())
             first = load_migrations()[0]
             for shard in store.all_shards():
-                for statement in first.for_shard(*store.shard_tables(shard)):
+                for statement in first.for_shard(
+                    *store.shard_tables(shard),
+                    store.outbox_table(shard),
+                    store.recurring_table(shard),
+                ):
                     await cur.execute(statement)
         # Nodes that know version 1 only accept it before it is adopted: nothing is
         # missing for them (nodes that know 002 wait for `delayq db migrate`).
         await store.check_layout()
         with pytest.raises(
-            SchemaError, match=r"002_created_index\.sql, 003_retention_index\.sql not applied"
+            SchemaError,
+            match=r"002_created_index\.sql, 003_retention_index\.sql, 004_outbox\.sql, "
+            r"005_recurring\.sql not applied",
         ):
             await check_schema(store)  # the packaged migrations
     finally:

@@ -1,4 +1,5 @@
-"""A non-editable install must carry every Lua script, Lua include and schema file."""
+"""A non-editable install must carry every Lua script, Lua include and schema file, and
+every file of the web console (nothing of it is fetched at run time)."""
 
 from __future__ import annotations
 
@@ -44,8 +45,9 @@ def test_the_wheel_ships_every_lua_and_sql_file(tmp_path: Path) -> None:
     shipped = set(zipfile.ZipFile(wheel).namelist())
     wanted = {
         str(path.relative_to(ROOT))
-        for pattern in ("lua/**/*.lua", "schema/*.sql")
+        for pattern in ("lua/**/*.lua", "schema/*.sql", "web/console/*")
         for path in ROOT.glob(pattern)
     }
     assert wanted, "no Lua or SQL files found in the source tree"
+    assert "web/console/index.html" in wanted
     assert wanted - shipped == set()

@@ -1,0 +1,503 @@
+"""The OpenAPI 3.1 document of the API, served at /openapi.json.
+
+Written out by hand so that each schema says what the API promises (the limits of the
+client's validation, which fields may be null); tests check it against web/api.py's
+ROUTES and fuzz the server with it (schemathesis).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from cluster.client import MAX_BATCH
+from cluster.config import Settings
+from cluster.jobs import BIZ_ID_MAX_CHARS, BIZ_TYPE_MAX_CHARS, JOB_ID_MAX_CHARS, MAX_ATTEMPTS_LIMIT
+from cluster.tick_ids import RECURRING_PREFIX
+from web.api import DEAD_LIST_MAX, DEAD_SELECTION_MAX, ROUTES, Route
+from web.auth import GRANTS, Permission
+from web.problems import KINDS
+
+VERSION = "1.0.0"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(kind: str, **more: Any) -> dict[str, Any]:
+    return {"type": [kind, "null"], **more}
+
+
+_STATUS = {"type": "string", "enum": ["pending", "firing", "fired", "cancelled", "dead"]}
+# What cluster/jobs.py refuses in text: C0 and C1 controls, DEL and the bidirectional
+# controls; a job id also must not end with a space.
+_NOT_CONTROL = (
+    "[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]"
+)
+_NOT_CONTROL_OR_SPACE = _NOT_CONTROL[:-1] + " ]"
+_JOB_ID = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": JOB_ID_MAX_CHARS,
+    "pattern": f"^{_NOT_CONTROL}*{_NOT_CONTROL_OR_SPACE}$",
+}
+_TEXT = {"pattern": f"^{_NOT_CONTROL}*$"}
+_TOPIC = {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,249}$"}
+_TIME = {
+    "description": "epoch seconds, or an RFC 3339 time with its offset",
+    "oneOf": [
+        {"type": "number", "minimum": 0},
+        {"type": "string", "format": "date-time"},
+    ],
+}
+
+SCHEMAS: dict[str, Any] = {
+    "JobRequest": {
+        "type": "object",
+        "description": "One job: exactly one of delay or at. The same job_id twice is one job. "
+        "The payload's JSON is at most payload_max_bytes; at is at most max_delay_s ahead.",
+        "required": ["topic", "payload"],
+        "additionalProperties": False,
+        "properties": {
+            "topic": {**_TOPIC, "description": "the Kafka topic the job fires to"},
+            "payload": {"description": "any JSON value, published verbatim"},
+            "delay": _nullable("number", minimum=0, description="seconds from now"),
+            "at": {"oneOf": [*_TIME["oneOf"], {"type": "null"}]},
+            "job_id": {
+                "oneOf": [
+                    {**_JOB_ID, "not": {"pattern": f"^{RECURRING_PREFIX}"}},
+                    {"type": "null"},
+                ],
+                "description": "your key; generated when absent. Not starting with "
+                f"{RECURRING_PREFIX} (the ids of recurring schedules' ticks)",
+            },
+            "biz_id": _nullable("string", minLength=1, maxLength=BIZ_ID_MAX_CHARS, **_TEXT),
+            "biz_type": _nullable("string", minLength=1, maxLength=BIZ_TYPE_MAX_CHARS, **_TEXT),
+            "max_attempts": _nullable("integer", minimum=1, maximum=MAX_ATTEMPTS_LIMIT),
+        },
+        "oneOf": [
+            {
+                "required": ["delay"],
+                "properties": {"delay": {"type": "number"}, "at": {"type": "null"}},
+            },
+            {
+                "required": ["at"],
+                "properties": {"at": {"not": {"type": "null"}}, "delay": {"type": "null"}},
+            },
+        ],
+    },
+    "JobBatch": {
+        "type": "object",
+        "required": ["jobs"],
+        "additionalProperties": False,
+        "properties": {
+            "jobs": {"type": "array", "maxItems": MAX_BATCH, "items": _ref("JobRequest")}
+        },
+    },
+    "Scheduled": {
+        "type": "object",
+        "required": ["job_id", "created"],
+        "properties": {
+            "job_id": {"type": "string"},
+            "created": _nullable(
+                "boolean",
+                description="true: this request created the job; false: it was already "
+                "there; null: stored, but not confirmed in Redis yet (see warning)",
+            ),
+            "warning": {"type": "string"},
+        },
+    },
+    "ScheduledBatch": {
+        "type": "object",
+        "required": ["jobs"],
+        "properties": {
+            "jobs": {"type": "array", "items": _ref("Scheduled")},
+            "warning": {"type": "string"},
+        },
+    },
+    "HistoryEntry": {
+        "type": "object",
+        "required": ["status", "attempt", "node", "slot", "at", "note"],
+        "properties": {
+            "status": _STATUS,
+            "attempt": {"type": "integer"},
+            "node": {"type": "string"},
+            "slot": {"type": "integer"},
+            "at": {"type": "string", "format": "date-time"},
+            "note": _nullable("string"),
+        },
+    },
+    "Job": {
+        "type": "object",
+        "description": "A job's durable record (MySQL's)",
+        "required": [
+            "job_id",
+            "topic",
+            "biz_id",
+            "biz_type",
+            "status",
+            "due_ms",
+            "due",
+            "attempts",
+            "max_attempts",
+            "payload",
+            "slot",
+            "last_error",
+            "created_ms",
+            "modified_ms",
+        ],
+        "properties": {
+            "job_id": {"type": "string"},
+            "topic": {"type": "string"},
+            "biz_id": _nullable("string"),
+            "biz_type": _nullable("string"),
+            "status": _STATUS,
+            "due_ms": {"type": "integer"},
+            "due": {"type": "string", "format": "date-time"},
+            "attempts": {"type": "integer"},
+            "max_attempts": {"type": "integer"},
+            "payload": {},
+            "slot": {"type": "integer"},
+            "last_error": _nullable("string"),
+            "created_ms": {"type": "integer"},
+            "modified_ms": {"type": "integer"},
+            "recurring": _nullable("string", description="the recurring schedule of a tick"),
+            "tick_ms": _nullable("integer", description="the time of that tick"),
+            "history": {"type": "array", "items": _ref("HistoryEntry")},
+        },
+    },
+    "Cancelled": {
+        "type": "object",
+        "required": ["job_id", "cancelled"],
+        "properties": {"job_id": {"type": "string"}, "cancelled": {"const": True}},
+    },
+    "Reschedule": {
+        "type": "object",
+        "description": "exactly one of delay or at",
+        "additionalProperties": False,
+        "properties": {
+            "delay": _nullable("number", minimum=0, description="seconds from now"),
+            "at": {"oneOf": [*_TIME["oneOf"], {"type": "null"}]},
+        },
+        "oneOf": [
+            {
+                "required": ["delay"],
+                "properties": {"delay": {"type": "number"}, "at": {"type": "null"}},
+            },
+            {
+                "required": ["at"],
+                "properties": {"at": {"not": {"type": "null"}}, "delay": {"type": "null"}},
+            },
+        ],
+    },
+    "Rescheduled": {
+        "type": "object",
+        "required": ["job_id", "rescheduled", "due_ms"],
+        "properties": {
+            "job_id": {"type": "string"},
+            "rescheduled": {"const": True},
+            "due_ms": _nullable("integer"),
+        },
+    },
+    "DeadJob": {
+        "type": "object",
+        "required": [
+            "job_id",
+            "slot",
+            "topic",
+            "died_ms",
+            "died",
+            "attempts",
+            "last_error",
+            "record",
+        ],
+        "properties": {
+            "job_id": {"type": "string"},
+            "slot": {"type": "integer"},
+            "topic": {"type": "string"},
+            "died_ms": {"type": "integer"},
+            "died": {"type": "string", "format": "date-time"},
+            "attempts": _nullable("integer"),
+            "last_error": _nullable("string"),
+            "record": {"type": "object", "description": "the record it would have fired"},
+            "history": {"type": "array", "items": _ref("HistoryEntry")},
+        },
+    },
+    "DeadList": {
+        "type": "object",
+        "required": ["dead_letters", "count"],
+        "properties": {
+            "dead_letters": {"type": "array", "items": _ref("DeadJob")},
+            "count": {"type": "integer", "description": "dead jobs in all (of the topic)"},
+        },
+    },
+    "Selection": {
+        "description": 'Which dead jobs: exactly one of job_ids, topic, or "all": true',
+        "oneOf": [
+            {
+                "type": "object",
+                "required": ["job_ids"],
+                "additionalProperties": False,
+                "properties": {
+                    "job_ids": {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": DEAD_SELECTION_MAX,
+                        "items": _JOB_ID,
+                    }
+                },
+            },
+            {
+                "type": "object",
+                "required": ["topic"],
+                "additionalProperties": False,
+                "properties": {"topic": _TOPIC},
+            },
+            {
+                "type": "object",
+                "required": ["all"],
+                "additionalProperties": False,
+                "properties": {"all": {"const": True}},
+            },
+        ],
+    },
+    "Replayed": {
+        "type": "object",
+        "required": ["replayed"],
+        "properties": {"replayed": {"type": "integer"}},
+    },
+    "Purged": {
+        "type": "object",
+        "required": ["purged"],
+        "properties": {"purged": {"type": "integer"}},
+    },
+    "Cluster": {
+        "type": "object",
+        "description": "Members (ZooKeeper), the slot map with owners, epochs and depths",
+        "required": ["root", "slots", "members", "slot_status"],
+        "properties": {
+            "root": {"type": "string"},
+            "slots": {"type": "integer"},
+            "members": {"type": "object", "additionalProperties": {"type": "object"}},
+            "slot_status": {"type": "array", "items": _ref("SlotStatus")},
+        },
+    },
+    "SlotStatus": {
+        "type": "object",
+        "required": ["slot", "owner", "delay", "ready", "inflight", "dead", "overdue_ms"],
+        "properties": {
+            "slot": {"type": "integer"},
+            "owner": _nullable("string"),
+            "owner_node": _nullable("string"),
+            "epoch": {"type": "integer"},
+            "redis_epoch": {"type": "integer"},
+            "delay": {"type": "integer"},
+            "ready": {"type": "integer"},
+            "inflight": {"type": "integer"},
+            "dead": {"type": "integer"},
+            "overdue_ms": {"type": "integer"},
+        },
+    },
+    "Stats": {
+        "type": "object",
+        "description": "The latest `delayq top` snapshot and the points sampled so far",
+        "required": ["snapshot", "error", "interval_s", "points"],
+        "properties": {
+            "snapshot": _nullable("object"),
+            "error": _nullable("string"),
+            "interval_s": {"type": "number"},
+            "points": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["at_ms", "fire_rate", "p50_ms", "p99_ms"],
+                    "properties": {
+                        "at_ms": {"type": "integer"},
+                        "fire_rate": _nullable("number"),
+                        "p50_ms": _nullable("number"),
+                        "p99_ms": _nullable("number"),
+                        "delay": {"type": "integer"},
+                        "ready": {"type": "integer"},
+                        "inflight": {"type": "integer"},
+                        "dead": {"type": "integer"},
+                    },
+                },
+            },
+        },
+    },
+    "Problem": {
+        "type": "object",
+        "description": "RFC 9457 problem details",
+        "required": ["type", "title", "status", "detail"],
+        "properties": {
+            "type": {
+                "type": "string",
+                "enum": [f"urn:delayq:problem:{kind}" for kind in KINDS],
+            },
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+            "job_ids": {"type": "array", "items": {"type": "string"}},
+            "job_status": _STATUS,
+        },
+    },
+}
+
+_DESCRIPTIONS = {
+    400: "The body is not valid JSON",
+    401: "No bearer token, or an unknown one",
+    403: "The token's role does not allow this",
+    404: "No such job",
+    409: "The job's state does not allow this; job_status says which it is in",
+    413: "The body is larger than web_body_max_bytes",
+    422: "Not acceptable (the client's InvalidJob message); nothing was changed",
+    500: "outcome-unknown: the change may or may not be made (job_ids names the jobs; "
+    "sending it again with the same ids is safe); or an internal error",
+    503: "MySQL, Redis or ZooKeeper is unreachable; see Retry-After",
+}
+
+# (operation, summary, request schema, {status: response schema}, extra parameters)
+_OPERATIONS: dict[str, tuple[str, str | None, dict[int, str], list[dict[str, Any]]]] = {
+    "schedule": (
+        'Schedule one job, or a batch of jobs ({"jobs": [...]})',
+        "JobRequest|JobBatch",
+        {200: "Scheduled|ScheduledBatch", 201: "Scheduled", 202: "Scheduled|ScheduledBatch"},
+        [],
+    ),
+    "get_job": (
+        "A job's durable record; ?history=true adds its status changes",
+        None,
+        {200: "Job"},
+        [
+            {
+                "name": "history",
+                "in": "query",
+                "schema": {"type": "string", "enum": ["true", "false", "1", "0"]},
+            }
+        ],
+    ),
+    "cancel": ("Cancel a job: 200 guarantees it never fires", None, {200: "Cancelled"}, []),
+    "reschedule": (
+        "Give a job that has not fired a new due time",
+        "Reschedule",
+        {200: "Rescheduled"},
+        [],
+    ),
+    "list_dead": (
+        "Dead jobs, oldest death first per slot",
+        None,
+        {200: "DeadList"},
+        [
+            {"name": "topic", "in": "query", "schema": _TOPIC},
+            {
+                "name": "limit",
+                "in": "query",
+                "schema": {"type": "integer", "minimum": 1, "maximum": DEAD_LIST_MAX},
+                "description": "default 100",
+            },
+        ],
+    ),
+    "get_dead": ("One job of the dead-letter set, with its history", None, {200: "DeadJob"}, []),
+    "replay_dead": (
+        "Give dead jobs a new set of attempts, due now",
+        "Selection",
+        {200: "Replayed"},
+        [],
+    ),
+    "purge_dead": (
+        "Forget dead jobs in Redis (MySQL keeps them as dead)",
+        "Selection",
+        {200: "Purged"},
+        [],
+    ),
+    "cluster": ("Members, the slot map and each slot's depths", None, {200: "Cluster"}, []),
+    "cluster_stats": (
+        "Fire rate and lateness over time, for the console",
+        None,
+        {200: "Stats"},
+        [],
+    ),
+}
+
+# The error statuses each operation can answer, besides 401/403 (with tokens) and 500.
+_ERRORS = {
+    "schedule": (400, 413, 422, 503),
+    "get_job": (404, 422, 503),
+    "cancel": (404, 409, 422, 503),
+    "reschedule": (400, 404, 409, 413, 422, 503),
+    "list_dead": (422, 503),
+    "get_dead": (404, 422, 503),
+    "replay_dead": (400, 413, 422, 503),
+    "purge_dead": (400, 413, 422, 503),
+    "cluster": (503,),
+    "cluster_stats": (),
+}
+
+
+def _content(names: str) -> dict[str, Any]:
+    parts = [_ref(name) for name in names.split("|")]
+    schema = parts[0] if len(parts) == 1 else {"oneOf": parts}
+    return {"application/json": {"schema": schema}}
+
+
+def _operation(route: Route) -> dict[str, Any]:
+    summary, request, answers, parameters = _OPERATIONS[route.name]
+    roles = sorted(role.value for role, granted in GRANTS.items() if route.permission in granted)
+    responses: dict[str, Any] = {
+        str(status): {"description": "OK", "content": _content(names)}
+        for status, names in answers.items()
+    }
+    for status in (*_ERRORS[route.name], 401, 403, 500):
+        responses[str(status)] = {
+            "description": _DESCRIPTIONS[status],
+            "content": {"application/problem+json": {"schema": _ref("Problem")}},
+        }
+    if "{job_id}" in route.path:
+        parameters = [
+            {"name": "job_id", "in": "path", "required": True, "schema": _JOB_ID},
+            *parameters,
+        ]
+    operation: dict[str, Any] = {
+        "operationId": route.name,
+        "summary": summary,
+        "description": f"Permission {route.permission}: roles {', '.join(roles)}.",
+        "security": [{"bearer": []}],
+        "responses": responses,
+    }
+    if parameters:
+        operation["parameters"] = parameters
+    if request is not None:
+        operation["requestBody"] = {"required": True, "content": _content(request)}
+    return operation
+
+
+def openapi_document(settings: Settings) -> dict[str, Any]:
+    """The document, with this server's limits (max_delay_s) in it."""
+    schemas = copy.deepcopy(SCHEMAS)
+    for name in ("JobRequest", "Reschedule"):
+        schemas[name]["properties"]["delay"]["maximum"] = settings.max_delay_s
+    paths: dict[str, dict[str, Any]] = {}
+    for route in ROUTES:
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "delayq HTTP API",
+            "version": VERSION,
+            "description": "Schedule jobs that fire to Kafka at their time; see docs/http.md. "
+            f"Permissions: {', '.join(p.value for p in Permission)}.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "a token of web_tokens; without web_tokens (loopback "
+                    "only) no token is needed",
+                }
+            },
+        },
+    }

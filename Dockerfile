@@ -7,6 +7,7 @@ COPY pyproject.toml README.md ./
 COPY cluster cluster
 COPY actors actors
 COPY ingress ingress
+COPY web web
 COPY lua lua
 COPY schema schema
 COPY devstack devstack

@@ -1,4 +1,4 @@
-# A delayq image: `delayq node`, `delayq db migrate` and the other commands.
+# A delayq image: `delayq node`, `delayq ingress`, `delayq db migrate` and the other commands.
 #   docker build -t delayq .
 #   docker run --rm -e DELAYQ_REDIS_URL=... delayq node
 FROM python:3.11-slim
@@ -6,6 +6,8 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY cluster cluster
 COPY actors actors
+COPY ingress ingress
+COPY web web
 COPY lua lua
 COPY schema schema
 COPY devstack devstack

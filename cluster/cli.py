@@ -4,6 +4,7 @@
     delayq db migrate                    create or update the MySQL schema
     delayq node [--ready-file PATH]      run a node until SIGTERM/SIGINT (start more
                                          processes, here or elsewhere, to scale)
+    delayq ingress [--ready-file PATH]   schedule the jobs produced to ingress_topic
     delayq cluster status                members, slot map, per-slot depth
     delayq recover                       re-add to Redis the pending jobs it lost
     delayq dead list|show|replay|purge   the dead-letter set
@@ -168,6 +169,26 @@ def _parser() -> argparse.ArgumentParser:
         "(its metrics_port) whether it is healthy (live: /healthz), ready (ready: /readyz) "
         "or both (all, the default), print the answer and exit 0 if yes, 1 if not or if it "
         "does not answer, 2 if metrics_port is 0: for liveness and readiness probes",
+    )
+
+    ingress = commands.add_parser(
+        "ingress",
+        help="schedule the jobs produced to ingress_topic, until SIGTERM or SIGINT",
+        description="Run a Kafka ingress: read the records of ingress_topic in the consumer "
+        "group ingress_group, schedule each one as a job (a JSON object with the fields of a "
+        "job request: topic, payload, delay or at, and job_id, biz_id, biz_type, "
+        "max_attempts), send the records that are not valid jobs to the error topic with "
+        "the reason, and commit a round's offsets only once its jobs are stored and its "
+        "error records acknowledged. A record "
+        "without a job_id is given one derived from its topic, partition, offset and "
+        "timestamp, so a record read twice is one job. Start more processes with the same "
+        "settings to share the topic's partitions (docs/ingress.md).",
+    )
+    ingress.add_argument(
+        "--ready-file",
+        metavar="PATH",
+        help="write this file (JSON: node_id, pid, topic, group) once the ingress has "
+        "started, and delete it when it stops: a readiness signal for supervisors and scripts",
     )
 
     cluster = commands.add_parser(
@@ -363,6 +384,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             ready_file = Path(args.ready_file) if args.ready_file else None
             return _run(run_node(settings, ready_file=ready_file))
+        if args.command == "ingress":
+            from ingress.process import run_ingress
+
+            ready_file = Path(args.ready_file) if args.ready_file else None
+            return _run(run_ingress(settings, ready_file=ready_file))
         if args.command == "cluster":
             return _run(_cluster_status(settings, args.json))
         if args.command == "top":

@@ -214,7 +214,7 @@ class Settings:
     # "<ingress_topic>.errors".
     ingress_error_topic: str = ""
     ingress_group: str = "delayq-ingress"
-    # Records scheduled per round (one schedule_many() call), at most.
+    # Records scheduled per round (one schedule_batch() call), at most; at most 100,000.
     ingress_batch: int = 1000
 
     def __post_init__(self) -> None:

@@ -1,7 +1,8 @@
 """`delayq node` as a subprocess, for tests, benchmarks and the demo.
 
 ``NodeProcess`` starts ``python -m cluster.cli [--log-level L] node --ready-file PATH``
-with its output appended to a log file. Readiness is the ready file, which the node writes
+(or another command that takes --ready-file: ``command="ingress"``) with its output
+appended to a log file. Readiness is the ready file, which the node writes
 atomically once started (JSON: node_id, member, pid) and deletes when it stops
 (actors/node.py), so it does not depend on log text or the log level.
 
@@ -66,7 +67,9 @@ class NodeProcess:
 
     Its environment is this process's, then ``settings`` as DELAYQ_* variables (all but
     node_id), then ``node_id``, then ``env``. ``log_level`` is the node's --log-level
-    (default: the CLI's, INFO). The process starts at once; ``wait_ready`` waits for it.
+    (default: the CLI's, INFO). ``command`` is the CLI command to run: "node", or
+    "ingress" (`delayq ingress`, which writes and deletes its ready file the same way).
+    The process starts at once; ``wait_ready`` waits for it.
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class NodeProcess:
         node_id: str | None = None,
         env: Mapping[str, str] | None = None,
         log_level: str | None = None,
+        command: str = "node",
     ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
@@ -92,22 +96,20 @@ class NodeProcess:
             **(env or {}),
         }
         level = ["--log-level", log_level] if log_level else []
-        command = [
+        argv = [
             sys.executable,
             "-m",
             "cluster.cli",
             *level,
-            "node",
+            command,
             "--ready-file",
             str(self.ready_path),
         ]
         with self.log_path.open("ab") as log:  # the child keeps its own descriptor
-            log.write(
-                f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(command)}\n".encode()
-            )
+            log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(argv)}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                command,
+                argv,
                 env=full_env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,

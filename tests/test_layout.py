@@ -1,5 +1,6 @@
 """The dependency rules of the folders (docs/architecture.md): producers' code never
-pulls in the node runtime, and nothing that runs in production imports devstack."""
+pulls in the node runtime, the ingress uses the producer API alone, and nothing that runs
+in production imports devstack."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ def modules(package: str) -> list[Path]:
     return sorted((ROOT / package).glob("*.py"))
 
 
-@pytest.mark.parametrize("path", modules("cluster") + modules("actors") + modules("web"), ids=str)
+@pytest.mark.parametrize(
+    "path", modules("cluster") + modules("actors") + modules("web") + modules("ingress"), ids=str
+)
 def test_production_code_never_imports_devstack_at_load(path: Path) -> None:
     for module, top_level in imports(path):
         if module.split(".")[0] != "devstack":
@@ -47,5 +50,18 @@ def test_cluster_never_loads_the_node_runtime_at_import(path: Path) -> None:
 @pytest.mark.parametrize("path", modules("web"), ids=str)
 def test_web_never_imports_the_node(path: Path) -> None:
     """The web server serves the client's operations; it never runs node code."""
+    for module, _ in imports(path):
+        assert module.split(".")[0] != "actors", f"{path.name} imports {module}"
+
+
+@pytest.mark.parametrize("path", modules("cluster"), ids=str)
+def test_cluster_loads_the_ingress_only_when_the_cli_runs_it(path: Path) -> None:
+    for module, top_level in imports(path):
+        if module.split(".")[0] == "ingress":
+            assert path.name == "cli.py" and not top_level, f"{path.name} imports {module}"
+
+
+@pytest.mark.parametrize("path", modules("ingress"), ids=str)
+def test_the_ingress_never_imports_the_node_runtime(path: Path) -> None:
     for module, _ in imports(path):
         assert module.split(".")[0] != "actors", f"{path.name} imports {module}"

@@ -1,0 +1,128 @@
+"""An ingress process's /metrics (Prometheus), on metrics_host:metrics_port.
+
+    server = IngressMetricsServer(settings, ingress)
+    await server.start()
+    ...
+    await server.stop()
+
+The figures are the ingress's plain counters, read when Prometheus scrapes (as a node's
+are, actors/metrics.py); docs/ingress.md lists them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from cluster.config import ConfigError, Settings
+from ingress.consumer import Ingress
+
+log = logging.getLogger(__name__)
+
+# Every delayq_ingress_* series an ingress process exposes.
+METRIC_NAMES = frozenset(
+    {
+        "delayq_ingress_records_total",
+        "delayq_ingress_rounds_total",
+        "delayq_ingress_commit_failures_total",
+        "delayq_ingress_store_failures_total",
+        "delayq_ingress_error_send_failures_total",
+        "delayq_ingress_last_round_seconds",
+    }
+)
+
+
+class IngressCollector(Collector):
+    """Reads a running ingress's counters at scrape time."""
+
+    def __init__(self, ingress: Ingress) -> None:
+        self.ingress = ingress
+
+    def collect(self) -> Iterator[Metric]:
+        i = self.ingress
+        records = CounterMetricFamily(
+            "delayq_ingress_records",
+            "Records of the ingress topic by outcome: scheduled (a new job), already_there "
+            "(a job of that id existed: a record read again, or a repeated job_id), invalid "
+            "(sent to the error topic).",
+            labels=["result"],
+        )
+        for result, count in sorted(i.records_total.items()):
+            records.add_metric([result], count)
+        yield records
+        rounds = CounterMetricFamily(
+            "delayq_ingress_rounds",
+            "Rounds read (up to ingress_batch records each), and those whose offsets were "
+            "committed.",
+            labels=["state"],
+        )
+        rounds.add_metric(["read"], i.rounds_total)
+        rounds.add_metric(["committed"], i.committed_rounds_total)
+        yield rounds
+        yield CounterMetricFamily(
+            "delayq_ingress_commit_failures",
+            "Offset commits that failed (a rebalance): those records are read again.",
+            value=i.commit_failures_total,
+        )
+        yield CounterMetricFamily(
+            "delayq_ingress_store_failures",
+            "Attempts to store a round that failed (MySQL unreachable, an unknown outcome) "
+            "and were tried again.",
+            value=i.store_failures_total,
+        )
+        yield CounterMetricFamily(
+            "delayq_ingress_error_send_failures",
+            "Attempts to send a round's error records that the broker did not acknowledge.",
+            value=i.error_send_failures_total,
+        )
+        yield GaugeMetricFamily(
+            "delayq_ingress_last_round_seconds",
+            "When the last round was stored and committed (epoch seconds; 0: none yet).",
+            value=i.last_round_ms / 1000,
+        )
+
+
+class IngressMetricsServer:
+    """/metrics of one ingress process."""
+
+    def __init__(self, settings: Settings, ingress: Ingress) -> None:
+        self.settings = settings
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(IngressCollector(ingress))
+        ProcessCollector(registry=self.registry)
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.metrics_host, self.settings.metrics_port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise ConfigError(
+                f"cannot serve metrics on {self.settings.metrics_host}:"
+                f"{self.settings.metrics_port} (metrics_host, metrics_port): {exc.strerror}"
+            ) from exc
+        self._runner = runner
+        log.info(
+            "ingress metrics on http://%s:%d/metrics",
+            self.settings.metrics_host,
+            self.settings.metrics_port,
+        )
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

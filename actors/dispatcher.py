@@ -53,7 +53,7 @@ from cluster.contract import NO_TIME
 from cluster.envelope import Fire, due_and_topic, fire_of, is_lean, with_tail
 from cluster.jobs import topic_allowed
 from cluster.mysql_store import MySQLStore
-from cluster.script_io import Claimed
+from cluster.script_io import Claimed, ClaimResult
 from cluster.scripts import Fenced, NotReplicated, Scripts, SlotFailed
 
 log = logging.getLogger(__name__)
@@ -209,7 +209,7 @@ class Dispatcher(Actor):
         claims = await self.scripts.claim_many(held, s.claim_batch, s.inflight_timeout_ms)
         received = time.monotonic()
         later: list[Held] = []
-        if any(isinstance(claim, tuple) and claim[1] for claim in claims):
+        if any(isinstance(claim, ClaimResult) and claim.jobs for claim in claims):
             failpoints.hit("after-claim")
         fires: list[Fire] = []
         owners: list[tuple[int, bytes, int]] = []  # slot, job id, claimed at

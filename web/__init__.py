@@ -2,6 +2,7 @@
 
 `api.py` has the routes and what each answers, `auth.py` the bearer tokens and roles,
 `problems.py` the error answers (RFC 9457), `openapi.py` the OpenAPI 3.1 document,
-`stats.py` the cluster figures the console draws, `server.py` the process, and
+`stats.py` the cluster figures the console draws, `batcher.py` concurrent one-job
+requests stored together, `server.py` the process, and
 `console/` the console's page, script and style, served as they are.
 """

@@ -53,7 +53,7 @@ SECURE_MODE ?= 1
 test: lint
 	$(BIN)/pytest -q -p no:cacheprovider
 	DELAYQ_TEST_REDIS_CLUSTER=1 DELAYQ_TEST_REDIS_REPLICAS=1 $(BIN)/pytest -q -p no:cacheprovider \
-	  -m "not faults"
+	  -m "not faults and not once"
 	DELAYQ_TEST_SECURE=$(SECURE_MODE) $(BIN)/pytest -q -p no:cacheprovider -m "not faults" \
 	  $(SECURE_TESTS)
 

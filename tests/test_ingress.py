@@ -53,6 +53,9 @@ from ingress.records import (
 from tests.conftest import Collector, wait_for
 from tests.forwarder import Forwarder, free_port
 
+# Once: the ingress's Redis side is the client's, tested against a Redis Cluster too.
+pytestmark = pytest.mark.once
+
 INGRESS_PARTITIONS = 3
 NOW_MS = 1_795_000_000_000
 

@@ -20,7 +20,8 @@ from cluster.tick_ids import tick_job_id
 from tests.conftest import Collector
 from tests.processes import FAST_FAILOVER, NodeProcess, slots_served_by, wait_served
 
-pytestmark = pytest.mark.slow
+# Once: the ticks' Redis side is the outbox's and the client's, tested in both passes.
+pytestmark = [pytest.mark.slow, pytest.mark.once]
 
 NAMES = ["node-a", "node-b", "node-c"]
 

@@ -13,13 +13,12 @@ the alert rules built on them.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, ProcessCollector, generate_latest
+from prometheus_client import ProcessCollector
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -30,12 +29,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from actors.health import Verdict, busy_s, liveness, readiness
 from actors.histogram import Histograms
-from cluster.config import ConfigError, Settings
+from cluster.config import Settings
+from cluster.metrics_http import MetricsEndpoint
 
 if TYPE_CHECKING:
     from actors.node import Node, NodeParts
-
-log = logging.getLogger(__name__)
 
 # Every delayq_* series a node exposes (histograms by their base name); the dashboard
 # and alert rules in ops/ may use only these (tests/test_ops_files.py).
@@ -279,39 +277,18 @@ class MetricsServer:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(NodeCollector(node))
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total and friends
-        self._runner: web.AppRunner | None = None
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, self.settings.metrics_host, self.settings.metrics_port)
-        try:
-            await site.start()
-        except OSError as exc:
-            await runner.cleanup()
-            raise ConfigError(
-                f"cannot serve metrics on {self.settings.metrics_host}:"
-                f"{self.settings.metrics_port} (metrics_host, metrics_port): {exc.strerror}"
-            ) from exc
-        self._runner = runner
-        log.info(
-            "metrics on http://%s:%d/metrics (/healthz, /readyz)",
-            self.settings.metrics_host,
-            self.settings.metrics_port,
+        self.endpoint = MetricsEndpoint(
+            settings,
+            self.registry,
+            "metrics",
+            {"/healthz": self._healthz, "/readyz": self._readyz},
         )
 
-    async def stop(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+    async def start(self) -> None:
+        await self.endpoint.start()
 
-    async def _metrics(self, _: web.Request) -> web.Response:
-        body = generate_latest(self.registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    async def stop(self) -> None:
+        await self.endpoint.stop()
 
     async def _healthz(self, _: web.Request) -> web.Response:
         parts = self.node.parts

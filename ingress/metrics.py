@@ -11,18 +11,15 @@ are, actors/metrics.py); docs/ingress.md lists them.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, ProcessCollector, generate_latest
+from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from cluster.config import ConfigError, Settings
+from cluster.config import Settings
+from cluster.metrics_http import MetricsEndpoint
 from ingress.consumer import Ingress
-
-log = logging.getLogger(__name__)
 
 # Every delayq_ingress_* series an ingress process exposes.
 METRIC_NAMES = frozenset(
@@ -95,34 +92,10 @@ class IngressMetricsServer:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(IngressCollector(ingress))
         ProcessCollector(registry=self.registry)
-        self._runner: web.AppRunner | None = None
+        self.endpoint = MetricsEndpoint(settings, self.registry, "ingress metrics")
 
     async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, self.settings.metrics_host, self.settings.metrics_port)
-        try:
-            await site.start()
-        except OSError as exc:
-            await runner.cleanup()
-            raise ConfigError(
-                f"cannot serve metrics on {self.settings.metrics_host}:"
-                f"{self.settings.metrics_port} (metrics_host, metrics_port): {exc.strerror}"
-            ) from exc
-        self._runner = runner
-        log.info(
-            "ingress metrics on http://%s:%d/metrics",
-            self.settings.metrics_host,
-            self.settings.metrics_port,
-        )
+        await self.endpoint.start()
 
     async def stop(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
-
-    async def _metrics(self, _: web.Request) -> web.Response:
-        body = generate_latest(self.registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        await self.endpoint.stop()

@@ -114,6 +114,21 @@ class Actor:
             await self.wait_event(self._stopping, seconds)
         return not self._stopping.is_set()
 
+    async def drain_every(
+        self, interval_s: float, step: Callable[[], Awaitable[bool]], failed: str
+    ) -> None:
+        """Run step() until stopped: again at once while it returns True (it read a full
+        page: more is waiting), else after interval_s. A step that raises (a store down)
+        is logged as `failed` (warn) and tried again after interval_s."""
+        while not self.stopping:
+            try:
+                more = await step()
+            except Exception as exc:
+                self.warn("%s, will retry: %s", failed, exc)
+                more = False
+            if not more and not await self.sleep(interval_s):
+                return
+
     async def wait_event(self, event: asyncio.Event, timeout_s: float) -> None:
         """Wait until `event` is set or timeout_s passed, as waiting for work (idle)."""
         with self.waiting():

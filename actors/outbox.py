@@ -48,15 +48,12 @@ class Outbox(Actor):
         self.added_total = 0  # outbox rows handled (their jobs added, or not waiting)
 
     async def body(self) -> None:
-        interval_s = self.settings.outbox_poll_ms / 1000
-        while not self.stopping:
-            try:
-                full = await self.drain_once()
-            except Exception as exc:  # MySQL or Redis down: the rows stay for next time
-                self.warn("adding jobs from the outbox failed, will retry: %s", exc)
-                full = False
-            if not full and not await self.sleep(interval_s):
-                return
+        # MySQL or Redis down: the rows stay for the next round.
+        await self.drain_every(
+            self.settings.outbox_poll_ms / 1000,
+            self.drain_once,
+            "adding jobs from the outbox failed",
+        )
 
     async def drain_once(self) -> bool:
         """One page per shard; True when a page was full (more rows are waiting)."""

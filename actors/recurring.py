@@ -72,15 +72,12 @@ class RecurringTicks(Actor):
         self.missed_total = 0  # ticks missed that will never fire (their policy)
 
     async def body(self) -> None:
-        interval_s = self.settings.recurring_poll_ms / 1000
-        while not self.stopping:
-            try:
-                full = await self.make_once()
-            except Exception as exc:  # MySQL down: the cursors stay, the next round goes on
-                self.warn("making recurring ticks into jobs failed, will retry: %s", exc)
-                full = False
-            if not full and not await self.sleep(interval_s):
-                return
+        # MySQL down: the cursors stay, and the next round goes on from them.
+        await self.drain_every(
+            self.settings.recurring_poll_ms / 1000,
+            self.make_once,
+            "making recurring ticks into jobs failed",
+        )
 
     async def make_once(self) -> bool:
         """One page of due schedules per shard; True when a page was full."""

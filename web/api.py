@@ -205,10 +205,7 @@ class Api:
     # ----- dead letters --------------------------------------------------------------------
 
     async def list_dead(self, request: web.Request) -> web.Response:
-        topic = request.query.get("topic")
-        if topic is not None:
-            check_topic(topic)
-        limit = _limit(request.query.get("limit"))
+        topic, limit = _listing(request)
         listed = await self.client.dead_letters(topic=topic, limit=limit)
         count = await self.client.count_dead(topic=topic)
         return json_response({"dead_letters": [dead_json(job) for job in listed], "count": count})
@@ -232,10 +229,7 @@ class Api:
     # ----- expired jobs --------------------------------------------------------------------
 
     async def list_expired(self, request: web.Request) -> web.Response:
-        topic = request.query.get("topic")
-        if topic is not None:
-            check_topic(topic)
-        limit = _limit(request.query.get("limit"))
+        topic, limit = _listing(request)
         listed = await self.client.expired_jobs(topic=topic, limit=limit)
         count = await self.client.count_expired(topic=topic)
         return json_response({"expired": [record_json(job) for job in listed], "count": count})
@@ -297,6 +291,14 @@ def _flag(text: str | None, name: str) -> bool:
     if text in ("true", "1"):
         return True
     raise InvalidJob(f"{name} must be true, false, 1 or 0")
+
+
+def _listing(request: web.Request) -> tuple[str | None, int]:
+    """A list's ?topic= (checked) and ?limit= (default 100)."""
+    topic = request.query.get("topic")
+    if topic is not None:
+        check_topic(topic)
+    return topic, _limit(request.query.get("limit"))
 
 
 def _limit(text: str | None) -> int:

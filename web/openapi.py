@@ -57,6 +57,20 @@ _TIME = {
     ],
 }
 
+# A job's due time, in a schedule and a reschedule: exactly one of delay or at.
+_DELAY = _nullable("number", minimum=0, description="seconds from now")
+_AT = {"oneOf": [*_TIME["oneOf"], {"type": "null"}]}
+_DELAY_OR_AT = [
+    {
+        "required": ["delay"],
+        "properties": {"delay": {"type": "number"}, "at": {"type": "null"}},
+    },
+    {
+        "required": ["at"],
+        "properties": {"at": {"not": {"type": "null"}}, "delay": {"type": "null"}},
+    },
+]
+
 SCHEMAS: dict[str, Any] = {
     "JobRequest": {
         "type": "object",
@@ -67,8 +81,8 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "topic": {**_TOPIC, "description": "the Kafka topic the job fires to"},
             "payload": {"description": "any JSON value, published verbatim"},
-            "delay": _nullable("number", minimum=0, description="seconds from now"),
-            "at": {"oneOf": [*_TIME["oneOf"], {"type": "null"}]},
+            "delay": _DELAY,
+            "at": _AT,
             "job_id": {
                 "oneOf": [
                     {**_JOB_ID, "not": {"pattern": f"^{RECURRING_PREFIX}"}},
@@ -87,16 +101,7 @@ SCHEMAS: dict[str, Any] = {
                 "(the job ends expired instead); at most max_delay_s",
             ),
         },
-        "oneOf": [
-            {
-                "required": ["delay"],
-                "properties": {"delay": {"type": "number"}, "at": {"type": "null"}},
-            },
-            {
-                "required": ["at"],
-                "properties": {"at": {"not": {"type": "null"}}, "delay": {"type": "null"}},
-            },
-        ],
+        "oneOf": _DELAY_OR_AT,
     },
     "JobBatch": {
         "type": "object",
@@ -191,19 +196,10 @@ SCHEMAS: dict[str, Any] = {
         "description": "exactly one of delay or at",
         "additionalProperties": False,
         "properties": {
-            "delay": _nullable("number", minimum=0, description="seconds from now"),
-            "at": {"oneOf": [*_TIME["oneOf"], {"type": "null"}]},
+            "delay": _DELAY,
+            "at": _AT,
         },
-        "oneOf": [
-            {
-                "required": ["delay"],
-                "properties": {"delay": {"type": "number"}, "at": {"type": "null"}},
-            },
-            {
-                "required": ["at"],
-                "properties": {"at": {"not": {"type": "null"}}, "delay": {"type": "null"}},
-            },
-        ],
+        "oneOf": _DELAY_OR_AT,
     },
     "Rescheduled": {
         "type": "object",

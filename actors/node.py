@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -21,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-import orjson
 import pymysql
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, KafkaError
@@ -50,6 +48,7 @@ from cluster.config import ConfigError, Settings, redact_url
 from cluster.kafka_conn import connection_options, start_client
 from cluster.keys import KeySpace
 from cluster.mysql_store import MySQLStore, SchemaError
+from cluster.ready_file import clear_ready_file, write_ready_file
 from cluster.redis_conn import RedisClient, open_redis
 from cluster.scripts import Scripts
 
@@ -280,19 +279,6 @@ class Node:
         }
 
 
-def write_ready_file(path: Path, node: Node) -> None:
-    """Say "started" in a file, atomically (a reader never sees half of it)."""
-    member = node.parts.membership.member if node.parts is not None else None
-    data = orjson.dumps({"node_id": node.settings.node_id, "member": member, "pid": os.getpid()})
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.write_bytes(data)
-    temporary.replace(path)
-
-
-def clear_ready_file(path: Path) -> None:
-    path.unlink(missing_ok=True)
-
-
 async def run_node(settings: Settings, *, ready_file: Path | None = None) -> int:
     """Run a node until SIGTERM/SIGINT; the exit code for the process. With ready_file,
     the node writes that file once started and deletes it when it stops. A node that
@@ -321,7 +307,8 @@ async def run_node(settings: Settings, *, ready_file: Path | None = None) -> int
         log.error("node %s could not start: %s", settings.node_id, _one_line(exc))
         return 1
     if ready_file is not None:
-        write_ready_file(ready_file, node)
+        member = node.parts.membership.member if node.parts is not None else None
+        write_ready_file(ready_file, {"node_id": settings.node_id, "member": member})
     waiter = asyncio.create_task(node.wait())
     await asyncio.wait((waiter, stopper), return_when=asyncio.FIRST_COMPLETED)
     code = 0

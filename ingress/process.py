@@ -13,14 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 from pathlib import Path
 
-import orjson
-
 from cluster.config import ConfigError, Settings
 from cluster.migrations import SchemaError
+from cluster.ready_file import clear_ready_file, write_ready_file
 from cluster.security import StoreAccessError
 from ingress.consumer import Ingress, StartupFailed
 
@@ -31,25 +29,6 @@ log = logging.getLogger(__name__)
 STOP_GRACE_S = 10.0
 # What a start that failed is reported as, in one line, rather than a traceback.
 START_FAILURES = (StartupFailed, StoreAccessError, SchemaError, ConfigError)
-
-
-def clear_ready_file(path: Path) -> None:
-    path.unlink(missing_ok=True)
-
-
-def write_ready_file(path: Path, settings: Settings) -> None:
-    """Say "started" in a file, atomically (a reader never sees half of it)."""
-    data = orjson.dumps(
-        {
-            "node_id": settings.node_id,
-            "pid": os.getpid(),
-            "topic": settings.ingress_topic,
-            "group": settings.ingress_group,
-        }
-    )
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.write_bytes(data)
-    temporary.replace(path)
 
 
 async def run_ingress(settings: Settings, *, ready_file: Path | None = None) -> int:
@@ -92,7 +71,14 @@ async def run_ingress(settings: Settings, *, ready_file: Path | None = None) -> 
             metrics = IngressMetricsServer(settings, ingress)
             await metrics.start()
         if ready_file is not None:
-            write_ready_file(ready_file, settings)
+            write_ready_file(
+                ready_file,
+                {
+                    "node_id": settings.node_id,
+                    "topic": settings.ingress_topic,
+                    "group": settings.ingress_group,
+                },
+            )
         running = asyncio.create_task(ingress.run())
         await asyncio.wait((running, stopper), return_when=asyncio.FIRST_COMPLETED)
         if not running.done():

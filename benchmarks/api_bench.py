@@ -37,8 +37,7 @@ import uvloop
 
 from cluster import DelayClient
 from cluster.config import Settings
-from cluster.redis_conn import open_redis
-from devstack.databases import create_cluster_database, drop_cluster_database
+from devstack.databases import throwaway_cluster
 from devstack.nodes import settings_env
 
 TOKEN = "api-bench-token-0123456789abcdef"
@@ -55,24 +54,6 @@ def jobs(count: int, caller_ids: bool) -> list[dict[str, Any]]:
         }
         for i in range(count)
     ]
-
-
-@asynccontextmanager
-async def fresh_cluster(name: str) -> AsyncIterator[Settings]:
-    prefix = f"apibench{os.getpid()}{name}"
-    settings = await create_cluster_database(
-        Settings.from_env().replace(key_prefix=prefix), f"delayq_{prefix}"
-    )
-    try:
-        yield settings
-    finally:
-        redis = await open_redis(settings)
-        try:
-            async for key in redis.scan_iter(match=f"{{{prefix}:*"):
-                await redis.unlink(key)
-        finally:
-            await redis.aclose()
-        await drop_cluster_database(settings)
 
 
 @asynccontextmanager
@@ -166,7 +147,8 @@ async def run(args: argparse.Namespace) -> dict[str, float]:
     ]
     for name, way in ways:
         count = args.jobs if "batches" in name else args.single_jobs
-        async with fresh_cluster(name.split(",")[0][:4] + name[-6:-1]) as settings:
+        tag = name.split(",")[0][:4] + name[-6:-1]
+        async with throwaway_cluster(f"apibench{os.getpid()}{tag}") as settings:
             rates[name] = await way(settings, jobs(count, args.caller_ids))
         print(f"{name:16} {rates[name]:>10,.0f} jobs/s", flush=True)
     return rates

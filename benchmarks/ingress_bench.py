@@ -44,8 +44,7 @@ from aiokafka.admin import NewTopic
 from cluster import DelayClient
 from cluster.config import Settings
 from cluster.kafka_conn import connection_options, make_admin, start_client
-from cluster.redis_conn import open_redis
-from devstack.databases import create_cluster_database, drop_cluster_database
+from devstack.databases import create_cluster_database, forget_cluster
 from devstack.nodes import NodeProcess
 from ingress.records import derived_job_id
 
@@ -58,16 +57,6 @@ async def fresh(tag: str) -> Settings:
     return await create_cluster_database(
         Settings.from_env().replace(key_prefix=prefix), f"delayq_{prefix}"
     )
-
-
-async def forget(settings: Settings) -> None:
-    redis = await open_redis(settings)
-    try:
-        async for key in redis.scan_iter(match=f"{{{settings.key_prefix}:*"):
-            await redis.unlink(key)
-    finally:
-        await redis.aclose()
-    await drop_cluster_database(settings)
 
 
 def requests(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -167,7 +156,7 @@ async def ingress_rate(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> 
             raise RuntimeError(f"only {found} of {len(ids)} jobs were stored")
         return len(jobs) / elapsed, ids
     finally:
-        await forget(settings)
+        await forget_cluster(settings)
         admin = make_admin(settings)
         try:
             await start_client(admin, settings)
@@ -191,7 +180,7 @@ async def client_rate(
                 await schedule(jobs[first : first + args.batch])
             return len(jobs) / (time.perf_counter() - began)
     finally:
-        await forget(settings)
+        await forget_cluster(settings)
 
 
 async def run(args: argparse.Namespace) -> None:

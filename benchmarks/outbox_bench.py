@@ -33,7 +33,7 @@ from cluster.config import Settings
 from cluster.keys import slot_of
 from cluster.redis_conn import open_redis
 from cluster.sql import mysql_connect_args
-from devstack.databases import create_cluster_database, drop_cluster_database
+from devstack.databases import throwaway_cluster
 from devstack.nodes import NodeProcess
 
 
@@ -43,10 +43,11 @@ def quantile(values: list[float], q: float) -> float:
 
 
 async def run(args: argparse.Namespace) -> None:
-    prefix = f"outboxbench{os.getpid()}"
-    settings = await create_cluster_database(
-        Settings.from_env().replace(key_prefix=prefix), f"delayq_{prefix}"
-    )
+    async with throwaway_cluster(f"outboxbench{os.getpid()}") as settings:
+        await measure(args, settings)
+
+
+async def measure(args: argparse.Namespace, settings: Settings) -> None:
     redis = await open_redis(settings)
     node = NodeProcess("outbox-bench", Path(tempfile.mkdtemp()), settings=settings)
     try:
@@ -88,11 +89,6 @@ async def run(args: argparse.Namespace) -> None:
     finally:
         await node.stop()
         await redis.aclose()
-        redis = await open_redis(settings)
-        async for key in redis.scan_iter(match=f"{{{prefix}:*"):
-            await redis.unlink(key)
-        await redis.aclose()
-        await drop_cluster_database(settings)
 
 
 def main() -> None:

@@ -6,10 +6,14 @@ Development tooling only: the runtime never imports devstack.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import aiomysql
 
 from cluster.config import Settings
 from cluster.mysql_store import MySQLStore
+from cluster.redis_conn import open_redis
 from cluster.sql import mysql_connect_args
 
 
@@ -48,3 +52,28 @@ async def drop_cluster_database(settings: Settings) -> None:
                 await cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
     finally:
         conn.close()
+
+
+async def forget_cluster(settings: Settings) -> None:
+    """Delete a throw-away cluster: its Redis keys (each starts with its slots' tag,
+    "{<key_prefix>:") and its databases."""
+    redis = await open_redis(settings)
+    try:
+        async for key in redis.scan_iter(match=f"{{{settings.key_prefix}:*"):
+            await redis.unlink(key)
+    finally:
+        await redis.aclose()
+    await drop_cluster_database(settings)
+
+
+@contextlib.asynccontextmanager
+async def throwaway_cluster(key_prefix: str) -> AsyncIterator[Settings]:
+    """Settings from the environment for a new cluster with this key prefix and a
+    migrated database "delayq_<key_prefix>" of its own, forgotten after the block."""
+    settings = await create_cluster_database(
+        Settings.from_env().replace(key_prefix=key_prefix), f"delayq_{key_prefix}"
+    )
+    try:
+        yield settings
+    finally:
+        await forget_cluster(settings)

@@ -759,6 +759,7 @@ class DelayClient:
         biz_type: str | None = None,
         max_attempts: int | None = None,
         missed: str = "fire_once",
+        expires_after: float | None = None,
     ) -> RecurringSchedule:
         """Fire `payload` to `topic` at every tick of a schedule, each tick once, as an
         ordinary job whose record also carries "recurring" (the name) and "tick_ms".
@@ -768,7 +769,9 @@ class DelayClient:
         ticks at start_at + k × every, or on multiples of every since the epoch).
         start_at and end_at (aware datetimes or epoch seconds) bound the ticks. missed
         says what happens to ticks no node made into jobs in time (every node down):
-        "fire_once" fires the last of them once, "skip" none. The same name again with
+        "fire_once" fires the last of them once, "skip" none. expires_after (seconds)
+        gives every tick that expiry, as for any job: a tick not published within that
+        long after its time ends EXPIRED instead of firing late. The same name again with
         the same definition changes nothing; with another definition it replaces the
         schedule from now on. Returns the schedule as stored. Calling again after an
         error is safe.
@@ -787,6 +790,7 @@ class DelayClient:
             max_attempts=max_attempts,
             missed=missed,
             settings=self.settings,
+            expires_after=expires_after,
         )
         try:
             return await self._schedules.put(definition)

@@ -116,6 +116,7 @@ def validate_recurring(
     missed: object,
     settings: Settings,
     now: int | None = None,
+    expires_after: object = None,
 ) -> Definition:
     """Check every argument of schedule_recurring(); InvalidJob names the first bad one."""
     current = now_ms() if now is None else now
@@ -132,6 +133,7 @@ def validate_recurring(
         max_attempts=max_attempts,
         settings=settings,
         now=current,
+        expires_after=expires_after,
     )
     if (cron is None) == (every is None):
         raise InvalidJob("give exactly one of cron= (an expression) or every= (an interval)")
@@ -180,6 +182,7 @@ def validate_recurring(
         max_attempts=job.max_attempts,
         cadence=cadence,
         missed=policy,
+        expires_after_ms=job.expires_after_ms,
     )
 
 
@@ -313,6 +316,9 @@ def describe(schedule: RecurringSchedule) -> dict[str, Any]:
         "biz_id": definition.biz_id,
         "biz_type": definition.biz_type,
         "max_attempts": definition.max_attempts,
+        "expires_after_s": (
+            None if definition.expires_after_ms is None else definition.expires_after_ms / 1000
+        ),
         "payload": definition.payload_json.decode(),
         "generation": schedule.generation,
         "removed": schedule.removed,

@@ -1,4 +1,4 @@
-"""Recurring schedules in MySQL: their rows (one table per shard, migration 005), the
+"""Recurring schedules in MySQL: their rows (one table per shard, migrations 005 and 007), the
 statements that read and change them, and the jobs their ticks become.
 
 A schedule's row lives in the shard of its name and belongs to slot_of(name). Its
@@ -38,6 +38,7 @@ class Definition:
     max_attempts: int
     cadence: Cadence
     missed: Missed
+    expires_after_ms: int | None = None  # every tick job's; None: ticks never expire
 
     def tick_jobs(self, generation: int, ticks: Sequence[int]) -> list[ValidJob]:
         """The jobs these ticks of this definition's generation are."""
@@ -50,6 +51,7 @@ class Definition:
                 due_ms=tick,
                 max_attempts=self.max_attempts,
                 payload_json=self.payload_json,
+                expires_after_ms=self.expires_after_ms,
             )
             for tick in ticks
         ]
@@ -83,7 +85,7 @@ class RecurringSchedule:
 _COLUMNS = (
     "name, slot, generation, removed, topic, biz_id, biz_type, max_attempts, payload, cron,"
     " every_ms, tz, start_at, end_at, missed, next_tick, last_tick, epoch, gmt_create,"
-    " gmt_modified"
+    " gmt_modified, expires_after_ms"
 )
 
 
@@ -117,6 +119,7 @@ def schedule_of_row(row: Sequence[Any]) -> RecurringSchedule:
         epoch,
         created,
         modified,
+        expires_after_ms,
     ) = row
     cadence = Cadence(
         cron=cron,
@@ -134,6 +137,7 @@ def schedule_of_row(row: Sequence[Any]) -> RecurringSchedule:
         max_attempts=int(max_attempts),
         cadence=cadence,
         missed=Missed(missed),
+        expires_after_ms=None if expires_after_ms is None else int(expires_after_ms),
     )
     return RecurringSchedule(
         definition=definition,
@@ -162,6 +166,7 @@ def _definition_values(definition: Definition) -> tuple[Any, ...]:
         _time_or_none(cadence.start_ms),
         _time_or_none(cadence.end_ms),
         str(definition.missed),
+        definition.expires_after_ms,
     )
 
 
@@ -254,8 +259,8 @@ class RecurringStore:
         await cur.execute(
             f"INSERT INTO {self.table_of(definition.name)} (name, slot, generation, removed,"
             " topic, biz_id, biz_type, max_attempts, payload, cron, every_ms, tz, start_at,"
-            " end_at, missed, next_tick, last_tick) VALUES"
-            " (%s, %s, 1, 0, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            " end_at, missed, expires_after_ms, next_tick, last_tick) VALUES"
+            " (%s, %s, 1, 0, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (
                 definition.name,
                 self.slot_of(definition.name),
@@ -279,7 +284,7 @@ class RecurringStore:
             f"UPDATE {self.table_of(definition.name)} SET generation = %s, removed = 0,"
             " topic = %s, biz_id = %s, biz_type = %s, max_attempts = %s, payload = %s,"
             " cron = %s, every_ms = %s, tz = %s, start_at = %s, end_at = %s, missed = %s,"
-            " next_tick = %s, last_tick = %s WHERE name = %s",
+            " expires_after_ms = %s, next_tick = %s, last_tick = %s WHERE name = %s",
             (
                 generation,
                 *_definition_values(definition),

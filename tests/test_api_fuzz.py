@@ -7,7 +7,8 @@ Two checks are left out, each because the API means something the check does not
 assume: positive_data_acceptance, because some limits depend on the time of the request,
 which a schema cannot say (`at` may be at most max_delay_s ahead of now); and
 use_after_free, because DELETE /v1/jobs/{job_id} cancels a job, whose record stays
-readable (status "cancelled") rather than disappearing.
+readable (status "cancelled") rather than disappearing, and DELETE /v1/recurring/{name}
+stops a schedule, which stays readable (removed: true).
 
 The seed is fixed so that a run is repeatable; DELAYQ_FUZZ_SEED and
 DELAYQ_FUZZ_EXAMPLES change it and the examples per operation.

@@ -17,6 +17,7 @@ from cluster import DelayClient, InvalidJob
 from cluster.config import Settings
 from cluster.contract import JobStatus
 from cluster.keys import slot_of
+from cluster.recurring import describe
 from cluster.scripts import Scripts
 from cluster.tick_ids import tick_job_id
 from tests.conftest import Collector
@@ -183,6 +184,11 @@ async def test_bad_calls_change_nothing(client: DelayClient) -> None:
         {"every": 5, "start_at": 2_000_000_000, "end_at": 1_999_999_999},
         {"every": 5, "missed": "storm"},
         {"every": 5, "max_attempts": 0},
+        {"every": 5, "expires_after": 0},
+        {"every": 5, "expires_after": -1},
+        {"every": 5, "expires_after": "soon"},
+        {"every": 5, "expires_after": float("nan")},
+        {"every": 5, "expires_after": 10**12},
     ]
     for changes in bad:
         with pytest.raises(InvalidJob):
@@ -197,6 +203,40 @@ async def test_bad_calls_change_nothing(client: DelayClient) -> None:
         await client.remove_recurring("bad name")
     assert await client.recurring(removed=True) == []
     assert await client.remove_recurring("bad") is False
+
+
+async def test_a_tick_not_published_within_expires_after_expires_and_later_ones_fire(
+    fast: Settings, fast_client: DelayClient, topic: str, collector: Collector
+) -> None:
+    """No node runs while the first tick's time and expiry pass: that tick ends EXPIRED,
+    never published; once a node runs, later ticks fire, each carrying the expiry."""
+    schedule = await fast_client.schedule_recurring(
+        "short-lived", topic, {"beat": 1}, every=1, expires_after=0.5
+    )
+    assert schedule.definition.expires_after_ms == 500
+    assert schedule.last_tick_ms is not None  # the client made the first ticks
+    first = schedule.definition.cadence.first_at_or_after(schedule.created_ms)
+    assert first is not None
+    first_id = tick_job_id("short-lived", 1, first)
+    made = await fast_client.get(first_id)
+    assert made is not None and made.expires_after_ms == 500
+    await asyncio.sleep((first + 700) / 1000 - time.time())  # past its time + expiry
+    node = Node(fast)
+    await node.start()
+    try:
+        records = await collector.until(2, timeout_s=60)
+        expired = await fast_client.get(first_id)
+    finally:
+        await node.stop()
+    assert expired is not None and expired.status == JobStatus.EXPIRED
+    assert first_id in {job.job_id for job in await fast_client.expired_jobs(topic=topic)}
+    fired = ticks_of(records, "short-lived")
+    assert first not in fired and all(tick > first for tick in fired)
+    for record in records:
+        row = await fast_client.get(str(record["job_id"]))
+        assert row is not None and row.expires_after_ms == 500
+    shown = await fast_client.get_recurring("short-lived")
+    assert shown is not None and describe(shown)["expires_after_s"] == 0.5
 
 
 async def test_two_clients_creating_one_schedule_at_once_make_one(

@@ -12,6 +12,7 @@ import shutil
 import ssl
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -260,6 +261,97 @@ async def test_expires_after_and_the_expired_list(api: Api, scripts: Scripts) ->
     assert status == 403
 
 
+# ----- recurring schedules ------------------------------------------------------------------
+
+
+async def test_recurring_schedules_put_get_list_remove(api: Api) -> None:
+    definition = {
+        "topic": "reports.daily",
+        "payload": {"report": "sales"},
+        "cron": "0 9 * * 1-5",
+        "tz": "Europe/Berlin",
+        "end_at": "2099-01-01T00:00:00Z",
+        "missed": "skip",
+        "expires_after": 600,
+        "biz_type": "report",
+    }
+    status, created, _ = await api.call("PUT", "/v1/recurring/morning", definition, token=PRODUCER)
+    assert status == 200, created
+    assert (created["name"], created["generation"], created["removed"]) == ("morning", 1, False)
+    assert (created["cron"], created["tz"], created["missed"]) == (
+        "0 9 * * 1-5",
+        "Europe/Berlin",
+        "skip",
+    )
+    assert created["payload"] == {"report": "sales"} and created["expires_after_s"] == 600
+    assert created["end_ms"] == 4070908800000 and created["next_ms"] is not None
+    stored = await api.client.get_recurring("morning")
+    assert stored is not None and stored.definition.expires_after_ms == 600_000
+
+    # The same definition again changes nothing; another one is the next generation.
+    status, again, _ = await api.call("PUT", "/v1/recurring/morning", definition)
+    assert (status, again["generation"]) == (200, 1)
+    start = int(time.time()) + 60
+    changed = {**definition, "cron": None, "tz": None, "every": 3600, "start_at": start}
+    status, replaced, _ = await api.call("PUT", "/v1/recurring/morning", changed)
+    assert (status, replaced["generation"], replaced["every_s"]) == (200, 2, 3600.0)
+    assert (replaced["start_ms"], replaced["cron"]) == (start * 1000, None)
+
+    status, shown, _ = await api.call("GET", "/v1/recurring/morning", token=VIEWER)
+    assert (status, shown) == (200, replaced)
+    status, listed, _ = await api.call("GET", "/v1/recurring", token=VIEWER)
+    assert (status, [s["name"] for s in listed["recurring"]]) == (200, ["morning"])
+
+    status, removed, _ = await api.call("DELETE", "/v1/recurring/morning", token=PRODUCER)
+    assert (status, removed) == (200, {"name": "morning", "removed": True})
+    status, problem, _ = await api.call("DELETE", "/v1/recurring/morning")
+    assert status == 404 and problem["detail"] == "no recurring schedule 'morning'"
+    status, problem, _ = await api.call("GET", "/v1/recurring/nothing")
+    assert status == 404 and problem["type"] == "urn:delayq:problem:not-found"
+    status, listed, _ = await api.call("GET", "/v1/recurring")
+    assert listed == {"recurring": []}
+    status, listed, _ = await api.call("GET", "/v1/recurring?removed=true")
+    assert [(s["name"], s["removed"]) for s in listed["recurring"]] == [("morning", True)]
+
+
+async def test_bad_recurring_requests_change_nothing(api: Api, redis: Any) -> None:
+    before = await snapshot(api.client, redis)
+    ok = {"topic": "t.x", "payload": 1, "every": 60}
+    for path, body, message in [
+        ("/v1/recurring/x", {**ok, "when": 1}, "unknown fields"),
+        ("/v1/recurring/x", {"payload": 1, "every": 60}, "needs 'topic'"),
+        ("/v1/recurring/x", {"topic": "t.x", "every": 60}, "needs 'payload'"),
+        ("/v1/recurring/x", {**ok, "topic": None}, "topic must be"),
+        ("/v1/recurring/x", [], "JSON object"),
+        ("/v1/recurring/x", {**ok, "cron": "* * * * *"}, "exactly one"),
+        ("/v1/recurring/x", {"topic": "t.x", "payload": 1}, "exactly one"),
+        ("/v1/recurring/x", {**ok, "every": 0.5}, "every must be at least"),
+        ("/v1/recurring/x", {**ok, "every": "60"}, "every must be seconds"),
+        ("/v1/recurring/x", {**ok, "every": None, "cron": "61 * * * *"}, "cron"),
+        ("/v1/recurring/x", {**ok, "every": None, "cron": "* * * * *", "tz": "Nowhere"}, "Nowhere"),
+        ("/v1/recurring/x", {**ok, "tz": "UTC"}, "tz applies to cron"),
+        ("/v1/recurring/x", {**ok, "start_at": "tomorrow"}, "start_at must be"),
+        ("/v1/recurring/x", {**ok, "end_at": "2020-01-01T00:00:00"}, "UTC offset"),
+        ("/v1/recurring/x", {**ok, "end_at": 1}, "no tick from now on"),
+        ("/v1/recurring/x", {**ok, "missed": "storm"}, "missed must be"),
+        ("/v1/recurring/x", {**ok, "expires_after": 0}, "expires_after"),
+        ("/v1/recurring/x", {**ok, "max_attempts": 0}, "max_attempts"),
+        ("/v1/recurring/x", {**ok, "topic": "a b"}, "Kafka topic"),
+        ("/v1/recurring/bad%20name", ok, "name 'bad name' must be"),
+    ]:
+        status, problem, _ = await api.call("PUT", path, body)
+        assert status == 422 and message in problem["detail"], (body, problem)
+    for method, path in (("GET", "/v1/recurring/a%20b"), ("DELETE", "/v1/recurring/a%20b")):
+        status, problem, _ = await api.call(method, path)
+        assert status == 422 and "must be 1..120" in problem["detail"], problem
+    status, problem, _ = await api.call("GET", "/v1/recurring?removed=maybe")
+    assert status == 422 and "removed must be" in problem["detail"]
+    status, problem, _ = await api.call("PUT", "/v1/recurring/x", raw=b"{")
+    assert status == 400
+    assert await snapshot(api.client, redis) == before
+    assert await api.client.recurring(removed=True) == []
+
+
 # ----- dead letters and the cluster ----------------------------------------------------------
 
 
@@ -336,6 +428,10 @@ ADMITS = {
     "replay_dead": {"operator"},
     "purge_dead": {"operator"},
     "list_expired": {"operator", "viewer"},
+    "list_recurring": {"producer", "operator", "viewer"},
+    "get_recurring": {"producer", "operator", "viewer"},
+    "put_recurring": {"producer", "operator"},
+    "remove_recurring": {"producer", "operator"},
     "cluster": {"operator", "viewer"},
     "cluster_stats": {"operator", "viewer"},
 }
@@ -343,11 +439,13 @@ ADMITS = {
 
 @pytest.mark.parametrize("route", ROUTES, ids=lambda route: route.name)
 async def test_every_route_and_role(api: Api, route: Any) -> None:
-    path = route.path.replace("{job_id}", "no-such-job")
+    path = route.path.replace("{job_id}", "no-such-job").replace("{name}", "no-such-schedule")
     body = {"job_ids": ["no-such-job"]} if "dead-letters/" in path else ok_job()
     if route.name == "reschedule":
         body = {"delay": 1}
-    sent = body if route.method == "POST" else None
+    if route.name == "put_recurring":
+        body = {"topic": "t.x", "payload": 1, "every": 60}
+    sent = body if route.method in ("POST", "PUT") else None
     for role, token in (("producer", PRODUCER), ("operator", OPERATOR), ("viewer", VIEWER)):
         status, answer, _ = await api.call(route.method, path, sent, token=token)
         if role in ADMITS[route.name]:

@@ -29,6 +29,7 @@ from cluster.client import (
 )
 from cluster.job_json import dead_json, history_json, job_from_json, parse_time, record_json
 from cluster.jobs import InvalidJob, check_job_id, check_topic, now_ms, validate_job
+from cluster.recurring import RecurringSchedule, check_name, describe
 from cluster.status import StatusReader
 from web.auth import Permission
 from web.batcher import ScheduleBatcher
@@ -65,6 +66,10 @@ ROUTES = (
     Route("POST", "/v1/dead-letters/replay", "replay_dead", Permission.WRITE_DEAD),
     Route("POST", "/v1/dead-letters/purge", "purge_dead", Permission.WRITE_DEAD),
     Route("GET", "/v1/expired", "list_expired", Permission.READ_DEAD),
+    Route("GET", "/v1/recurring", "list_recurring", Permission.READ_JOBS),
+    Route("GET", "/v1/recurring/{name}", "get_recurring", Permission.READ_JOBS),
+    Route("PUT", "/v1/recurring/{name}", "put_recurring", Permission.WRITE_JOBS),
+    Route("DELETE", "/v1/recurring/{name}", "remove_recurring", Permission.WRITE_JOBS),
     Route("GET", "/v1/cluster", "cluster", Permission.READ_CLUSTER),
     Route("GET", "/v1/cluster/stats", "cluster_stats", Permission.READ_CLUSTER),
 )
@@ -234,6 +239,42 @@ class Api:
         count = await self.client.count_expired(topic=topic)
         return json_response({"expired": [record_json(job) for job in listed], "count": count})
 
+    # ----- recurring schedules -------------------------------------------------------------
+
+    async def list_recurring(self, request: web.Request) -> web.Response:
+        removed = _flag(request.query.get("removed"), "removed")
+        listed = await self.client.recurring(removed=removed)
+        return json_response({"recurring": [recurring_json(s) for s in listed]})
+
+    async def get_recurring(self, request: web.Request) -> web.Response:
+        name = check_name(request.match_info["name"])
+        schedule = await self.client.get_recurring(name)
+        if schedule is None:
+            raise Problem("not-found", f"no recurring schedule {name!r}")
+        return json_response(recurring_json(schedule))
+
+    async def put_recurring(self, request: web.Request) -> web.Response:
+        """Create or replace a schedule; the same definition again changes nothing."""
+        name = check_name(request.match_info["name"])
+        body = _object(await read_json(request), RECURRING_FIELDS, "the schedule")
+        for field in ("topic", "payload"):
+            if field not in body:
+                raise InvalidJob(f"the schedule needs {field!r}")
+        # null is "not given" (the default) for the optional fields; a null payload is
+        # a payload, and a null topic is refused by the client's checks.
+        given = {f: v for f, v in body.items() if v is not None or f in ("topic", "payload")}
+        for field in ("start_at", "end_at"):
+            if isinstance(given.get(field), str):
+                given[field] = parse_time(given[field], field)
+        schedule = await self.client.schedule_recurring(name, **given)
+        return json_response(recurring_json(schedule))
+
+    async def remove_recurring(self, request: web.Request) -> web.Response:
+        name = check_name(request.match_info["name"])
+        if not await self.client.remove_recurring(name):
+            raise Problem("not-found", f"no recurring schedule {name!r}")
+        return json_response({"name": name, "removed": True})
+
     # ----- the cluster ---------------------------------------------------------------------
 
     async def cluster(self, _: web.Request) -> web.Response:
@@ -283,6 +324,30 @@ def _refusal(result: ChangeResult, change: str) -> Problem:
     return Problem(
         "conflict", f"job {job_id!r} cannot be {change}: {reason}", job_status=status, **more
     )
+
+
+# The fields of PUT /v1/recurring/{name}: schedule_recurring's arguments.
+RECURRING_FIELDS = frozenset(
+    {
+        "topic",
+        "payload",
+        "cron",
+        "every",
+        "tz",
+        "start_at",
+        "end_at",
+        "biz_id",
+        "biz_type",
+        "max_attempts",
+        "missed",
+        "expires_after",
+    }
+)
+
+
+def recurring_json(schedule: RecurringSchedule) -> dict[str, Any]:
+    """A schedule as `delayq recurring show` prints it, its payload as JSON."""
+    return {**describe(schedule), "payload": orjson.Fragment(schedule.definition.payload_json)}
 
 
 def _flag(text: str | None, name: str) -> bool:

@@ -18,13 +18,13 @@ TOKEN_MIN_CHARS = 16
 
 
 class Role(StrEnum):
-    PRODUCER = "producer"  # schedule, cancel, reschedule, get
+    PRODUCER = "producer"  # schedule, cancel, reschedule, get; recurring schedules
     OPERATOR = "operator"  # everything: also dead letters and the cluster
     VIEWER = "viewer"  # read only: jobs, dead letters, the cluster
 
 
 class Permission(StrEnum):
-    WRITE_JOBS = "jobs:write"  # schedule, cancel, reschedule
+    WRITE_JOBS = "jobs:write"  # schedule, cancel, reschedule; put and remove schedules
     READ_JOBS = "jobs:read"
     READ_DEAD = "dead:read"
     WRITE_DEAD = "dead:write"  # replay, purge

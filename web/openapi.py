@@ -13,7 +13,9 @@ from typing import Any
 from cluster.client import MAX_BATCH
 from cluster.config import Settings
 from cluster.jobs import BIZ_ID_MAX_CHARS, BIZ_TYPE_MAX_CHARS, JOB_ID_MAX_CHARS, MAX_ATTEMPTS_LIMIT
+from cluster.recurring import NAME_MAX_CHARS
 from cluster.tick_ids import RECURRING_PREFIX
+from cluster.ticks import MIN_EVERY_MS, Missed
 from web.api import DEAD_LIST_MAX, DEAD_SELECTION_MAX, ROUTES, Route
 from web.auth import GRANTS, Permission
 from web.problems import KINDS
@@ -48,6 +50,7 @@ _JOB_ID = {
     "pattern": f"^{_NOT_CONTROL}*{_NOT_CONTROL_OR_SPACE}$",
 }
 _TEXT = {"pattern": f"^{_NOT_CONTROL}*$"}
+_NAME = {"type": "string", "pattern": f"^[A-Za-z0-9._:-]{{1,{NAME_MAX_CHARS}}}$"}
 _TOPIC = {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,249}$"}
 _TIME = {
     "description": "epoch seconds, or an RFC 3339 time with its offset",
@@ -71,6 +74,16 @@ _DELAY_OR_AT = [
     },
 ]
 
+_BIZ_ID = _nullable("string", minLength=1, maxLength=BIZ_ID_MAX_CHARS, **_TEXT)
+_BIZ_TYPE = _nullable("string", minLength=1, maxLength=BIZ_TYPE_MAX_CHARS, **_TEXT)
+_MAX_ATTEMPTS = _nullable("integer", minimum=1, maximum=MAX_ATTEMPTS_LIMIT)
+_EXPIRES_AFTER = _nullable(
+    "number",
+    exclusiveMinimum=0,
+    description="seconds after the due time: never published later than that "
+    "(the job ends expired instead); at most max_delay_s",
+)
+
 SCHEMAS: dict[str, Any] = {
     "JobRequest": {
         "type": "object",
@@ -91,15 +104,10 @@ SCHEMAS: dict[str, Any] = {
                 "description": "your key; generated when absent. Not starting with "
                 f"{RECURRING_PREFIX} (the ids of recurring schedules' ticks)",
             },
-            "biz_id": _nullable("string", minLength=1, maxLength=BIZ_ID_MAX_CHARS, **_TEXT),
-            "biz_type": _nullable("string", minLength=1, maxLength=BIZ_TYPE_MAX_CHARS, **_TEXT),
-            "max_attempts": _nullable("integer", minimum=1, maximum=MAX_ATTEMPTS_LIMIT),
-            "expires_after": _nullable(
-                "number",
-                exclusiveMinimum=0,
-                description="seconds after the due time: never published later than that "
-                "(the job ends expired instead); at most max_delay_s",
-            ),
+            "biz_id": _BIZ_ID,
+            "biz_type": _BIZ_TYPE,
+            "max_attempts": _MAX_ATTEMPTS,
+            "expires_after": _EXPIRES_AFTER,
         },
         "oneOf": _DELAY_OR_AT,
     },
@@ -280,6 +288,104 @@ SCHEMAS: dict[str, Any] = {
             "count": {"type": "integer", "description": "expired jobs in all (of the topic)"},
         },
     },
+    "RecurringRequest": {
+        "type": "object",
+        "description": "A recurring schedule: exactly one of cron or every. The same "
+        "definition again changes nothing; another one replaces the schedule from now on.",
+        "required": ["topic", "payload"],
+        "additionalProperties": False,
+        "properties": {
+            "topic": {**_TOPIC, "description": "the Kafka topic every tick fires to"},
+            "payload": {"description": "any JSON value, published verbatim by every tick"},
+            "cron": _nullable(
+                "string",
+                description="a 5-field cron expression, read on the wall clock of tz",
+            ),
+            "every": _nullable(
+                "number",
+                minimum=MIN_EVERY_MS / 1000,
+                description="an interval in seconds: ticks at start_at + k × every, or on "
+                "multiples of every since the epoch",
+            ),
+            "tz": _nullable("string", description="an IANA zone (cron only); default UTC"),
+            "start_at": {**_AT, "description": "no tick before"},
+            "end_at": {**_AT, "description": "no tick at or after"},
+            "biz_id": _BIZ_ID,
+            "biz_type": _BIZ_TYPE,
+            "max_attempts": _MAX_ATTEMPTS,
+            "missed": _nullable(
+                "string",
+                enum=[*(str(m) for m in Missed), None],
+                description="ticks no node made in time: fire the last once (default), or "
+                "skip them",
+            ),
+            "expires_after": _EXPIRES_AFTER,
+        },
+        "oneOf": [
+            {
+                "required": ["cron"],
+                "properties": {"cron": {"type": "string"}, "every": {"type": "null"}},
+            },
+            {
+                "required": ["every"],
+                "properties": {"every": {"type": "number"}, "cron": {"type": "null"}},
+            },
+        ],
+    },
+    "Recurring": {
+        "type": "object",
+        "description": "A recurring schedule as stored, and where its ticks stand",
+        "required": [
+            "name",
+            "topic",
+            "payload",
+            "cron",
+            "every_s",
+            "tz",
+            "start_ms",
+            "end_ms",
+            "missed",
+            "biz_id",
+            "biz_type",
+            "max_attempts",
+            "expires_after_s",
+            "generation",
+            "removed",
+            "next_ms",
+            "made_until_ms",
+            "last_made_ms",
+        ],
+        "properties": {
+            "name": {"type": "string"},
+            "topic": {"type": "string"},
+            "payload": {},
+            "cron": _nullable("string"),
+            "every_s": _nullable("number"),
+            "tz": {"type": "string"},
+            "start_ms": _nullable("integer"),
+            "end_ms": _nullable("integer"),
+            "missed": {"type": "string", "enum": [str(m) for m in Missed]},
+            "biz_id": _nullable("string"),
+            "biz_type": _nullable("string"),
+            "max_attempts": {"type": "integer"},
+            "expires_after_s": _nullable("number"),
+            "generation": {"type": "integer", "description": "definitions the name has had"},
+            "removed": {"type": "boolean"},
+            "next_ms": _nullable("integer", description="the next tick; null: no more"),
+            "made_until_ms": _nullable("integer", description="ticks before this are jobs already"),
+            "last_made_ms": _nullable("integer", description="the last tick made a job"),
+        },
+    },
+    "RecurringList": {
+        "type": "object",
+        "required": ["recurring"],
+        "properties": {"recurring": {"type": "array", "items": _ref("Recurring")}},
+    },
+    "RecurringRemoved": {
+        "type": "object",
+        "required": ["name", "removed"],
+        "properties": {"name": {"type": "string"}, "removed": {"const": True}},
+    },
     "Replayed": {
         "type": "object",
         "required": ["replayed"],
@@ -368,7 +474,7 @@ _DESCRIPTIONS = {
     400: "The body is not valid JSON",
     401: "No bearer token, or an unknown one",
     403: "The token's role does not allow this",
-    404: "No such job",
+    404: "No such job (or recurring schedule)",
     409: "The job's state does not allow this; job_status says which it is in (fired, "
     "cancelled, dead, expired, or in_flight: being published right now)",
     413: "The body is larger than web_body_max_bytes",
@@ -446,6 +552,31 @@ _OPERATIONS: dict[str, tuple[str, str | None, dict[int, str], list[dict[str, Any
             },
         ],
     ),
+    "list_recurring": (
+        "The recurring schedules, by name (?removed=true: removed ones too)",
+        None,
+        {200: "RecurringList"},
+        [
+            {
+                "name": "removed",
+                "in": "query",
+                "schema": {"type": "string", "enum": ["true", "false", "1", "0"]},
+            }
+        ],
+    ),
+    "get_recurring": ("One recurring schedule (also a removed one)", None, {200: "Recurring"}, []),
+    "put_recurring": (
+        "Create or replace a recurring schedule; each tick fires once as an ordinary job",
+        "RecurringRequest",
+        {200: "Recurring"},
+        [],
+    ),
+    "remove_recurring": (
+        "Stop a recurring schedule: its coming ticks are cancelled",
+        None,
+        {200: "RecurringRemoved"},
+        [],
+    ),
     "cluster": ("Members, the slot map and each slot's depths", None, {200: "Cluster"}, []),
     "cluster_stats": (
         "Fire rate and lateness over time, for the console",
@@ -466,6 +597,10 @@ _ERRORS = {
     "replay_dead": (400, 413, 422, 503),
     "purge_dead": (400, 413, 422, 503),
     "list_expired": (422, 503),
+    "list_recurring": (422, 503),
+    "get_recurring": (404, 422, 503),
+    "put_recurring": (400, 413, 422, 503),
+    "remove_recurring": (404, 422, 503),
     "cluster": (503,),
     "cluster_stats": (),
 }
@@ -494,6 +629,8 @@ def _operation(route: Route) -> dict[str, Any]:
             {"name": "job_id", "in": "path", "required": True, "schema": _JOB_ID},
             *parameters,
         ]
+    if "{name}" in route.path:
+        parameters = [{"name": "name", "in": "path", "required": True, "schema": _NAME}]
     operation: dict[str, Any] = {
         "operationId": route.name,
         "summary": summary,
@@ -513,7 +650,9 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
     schemas = copy.deepcopy(SCHEMAS)
     for name in ("JobRequest", "Reschedule"):
         schemas[name]["properties"]["delay"]["maximum"] = settings.max_delay_s
-    schemas["JobRequest"]["properties"]["expires_after"]["maximum"] = settings.max_delay_s
+    for name in ("JobRequest", "RecurringRequest"):
+        schemas[name]["properties"]["expires_after"]["maximum"] = settings.max_delay_s
+    schemas["RecurringRequest"]["properties"]["every"]["maximum"] = settings.max_delay_s
     paths: dict[str, dict[str, Any]] = {}
     for route in ROUTES:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)

@@ -21,7 +21,7 @@ KINDS: dict[str, tuple[int, str]] = {
     "malformed-request": (400, "The request body is not valid JSON"),
     "unauthorized": (401, "A valid bearer token is needed"),
     "forbidden": (403, "The token's role does not allow this"),
-    "not-found": (404, "No such job"),
+    "not-found": (404, "No such job or schedule"),
     "no-route": (404, "No such route"),
     "method-not-allowed": (405, "Method not allowed"),
     "conflict": (409, "The job is not in a state that allows this"),

@@ -620,6 +620,82 @@ async def test_dead_letters_replay_and_purge_only_after_confirming(
             assert await wait_for(replayed_from_mysql, timeout_s=WAIT_S)
 
 
+async def test_recurring_schedules_are_listed_shown_and_removed_after_confirming(
+    driver: WebDriver, settings: Settings, client: DelayClient
+) -> None:
+    await client.schedule_recurring(
+        "morning-report",
+        "reports",
+        {"report": "<b>sales</b>"},
+        cron="0 9 * * 1-5",
+        tz="Europe/Berlin",
+        missed="skip",
+        expires_after=600,
+    )
+    # Every 10 s: within the lookahead, so its first ticks are jobs already.
+    beat = await client.schedule_recurring("heartbeat", "heartbeats", {"svc": "billing"}, every=10)
+    assert beat.last_tick_ms is not None
+    await client.schedule_recurring("gone", "pings", 1, every=60)
+    assert await client.remove_recurring("gone")
+    async with console(driver, settings, client) as (page, _):
+        await page.open("#recurring")
+        await page.until_text("[data-testid=recurring-count]", "2 schedules")
+        listed = await page.attributes("[data-testid=recurring-row]", "data-name")
+        assert listed == ["heartbeat", "morning-report"]
+        await page.click("#recurring-removed")
+        await page.until_text("[data-testid=recurring-count]", "2 schedules, 1 removed")
+        listed = await page.attributes("[data-testid=recurring-row]", "data-name")
+        assert listed == ["gone", "heartbeat", "morning-report"]
+
+        # One schedule beside the list: its definition, and its payload as text.
+        await page.click(
+            "[data-testid=recurring-row][data-name='morning-report'] [data-testid=recurring-show]"
+        )
+        await page.until_text("[data-testid=recurring-title]", "morning-report")
+        cadence = await page.text("[data-testid=recurring-cadence]")
+        assert cadence == "cron 0 9 * * 1-5 (Europe/Berlin)"
+        payload = await page.text("[data-testid=recurring-payload]")
+        assert json.loads(payload) == {"report": "<b>sales</b>"}
+        assert await page.all("main b") == []
+        fields = await page.text("[data-testid=recurring-fields]")
+        assert "expires after10 min 0 s" in fields and "missed ticksskip" in fields
+        await page.screenshot("recurring")
+
+        # The last tick made into a job opens in the job view.
+        await page.open("#recurring/heartbeat")
+        await page.until_text("[data-testid=recurring-title]", "heartbeat")
+        shown = await client.get_recurring("heartbeat")
+        assert shown is not None and shown.last_tick_ms is not None
+        await page.click("[data-testid=recurring-last-tick]")
+        tick = tick_job_id("heartbeat", 1, shown.last_tick_ms)
+        await page.until_text("[data-testid=job-title]", tick)
+        assert await page.text("[data-testid=job-recurring]") == "heartbeat"
+
+        # Remove: backing out changes nothing; confirmed, the schedule is removed.
+        await page.open("#recurring/heartbeat")
+        await page.until_text("[data-testid=recurring-title]", "heartbeat")
+        await page.click("[data-testid=recurring-remove]")
+        await page.dialog("confirm-dialog", True)
+        assert await page.text("[data-testid=confirm-ids]") == "heartbeat"
+        assert "no more ticks to heartbeats" in await page.text("[data-testid=confirm-text]")
+        await page.click("[data-testid=confirm-cancel]")
+        await page.dialog("confirm-dialog", False)
+        kept = await client.get_recurring("heartbeat")
+        assert kept is not None and not kept.removed
+        await page.click("[data-testid=recurring-remove]")
+        await page.dialog("confirm-dialog", True)
+        await page.click("[data-testid=confirm-ok]")
+        await page.until_text("[data-testid=recurring-message]", "Removed heartbeat")
+        removed = await client.get_recurring("heartbeat")
+        assert removed is not None and removed.removed
+        await page.until_text("[data-testid=recurring-count]", "1 schedule, 2 removed")
+        assert not await page.shown("#recurring-detail")
+
+        # A name nobody used.
+        await page.open("#recurring/nobody")
+        await page.until_text("[data-testid=recurring-message]", "No recurring schedule nobody")
+
+
 async def test_token_protected_server_asks_for_a_token_and_shows_403(
     driver: WebDriver, settings: Settings, topic: str
 ) -> None:

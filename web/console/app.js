@@ -1,5 +1,6 @@
 // The console's entry point: the views behind the address's fragment (#cluster,
-// #jobs, #jobs/<percent-encoded id>, #dead-letters), the token, and what to refresh
+// #jobs, #jobs/<percent-encoded id>, #recurring, #recurring/<percent-encoded name>,
+// #dead-letters), the token, and what to refresh
 // when the token changes.
 
 import * as cluster from "./cluster.js";
@@ -7,10 +8,12 @@ import * as dead from "./dead.js";
 import { onTokenChange, setUpTokenDialog } from "./dialogs.js";
 import { byId } from "./dom.js";
 import * as jobs from "./jobs.js";
+import * as recurring from "./recurring.js";
 
 const VIEWS = {
   cluster: { section: "view-cluster", nav: "nav-cluster", module: cluster },
   jobs: { section: "view-jobs", nav: "nav-jobs", module: jobs },
+  recurring: { section: "view-recurring", nav: "nav-recurring", module: recurring },
   "dead-letters": { section: "view-dead", nav: "nav-dead", module: dead },
 };
 
@@ -44,14 +47,17 @@ function route() {
   current = name;
   if (name === "cluster") cluster.start();
   else if (name === "jobs") jobs.show(param);
+  else if (name === "recurring") recurring.show(param);
   else if (name === "dead-letters" && changed) dead.show();
-  document.title = `delayq · ${name === "dead-letters" ? "dead letters" : name}`;
+  const titles = { "dead-letters": "dead letters", recurring: "schedules" };
+  document.title = `delayq · ${titles[name] ?? name}`;
 }
 
 function main() {
   setUpTokenDialog();
   jobs.setUp();
   dead.setUp();
+  recurring.setUp();
   onTokenChange(() => VIEWS[current]?.module.refresh());
   window.addEventListener("hashchange", route);
   route();

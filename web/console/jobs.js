@@ -76,7 +76,13 @@ function render(job) {
   byId("job-fields").replaceChildren(
     ...field("topic", job.topic, { class: "mono", "data-testid": "job-topic" }),
     // A tick of a recurring schedule: which schedule, and the tick's time.
-    ...(job.recurring ? field("recurring", job.recurring, { class: "mono", "data-testid": "job-recurring" }) : []),
+    ...(job.recurring
+      ? field(
+          "recurring",
+          h("a", { href: `#recurring/${encodeURIComponent(job.recurring)}` }, job.recurring),
+          { class: "mono", "data-testid": "job-recurring" },
+        )
+      : []),
     ...(job.tick_ms !== null && job.tick_ms !== undefined ? field("tick", `${utc(job.tick_ms)} UTC`) : []),
     ...field("status", job.status, { "data-testid": "job-field-status" }),
     ...field("due", `${utc(job.due_ms)} UTC (${relative(job.due_ms)})`, { title: job.due }),

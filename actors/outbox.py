@@ -6,8 +6,9 @@ job must not exist before that transaction commits, and Redis cannot wait for it
 outbox row becomes visible exactly when the transaction commits (never, for a rollback),
 whatever time its INSERT ran, so no cursor over creation times can miss it.
 
-Every outbox_poll_ms this actor reads, shard by shard, the oldest outbox rows of the
-slots this node owns, reads their job rows, runs the add script for those still waiting
+Every outbox_poll_ms this actor reads the oldest outbox rows of the slots this node owns
+(a page per shard, all shards in one statement, so an idle poll is one round trip), and
+for each shard with rows reads their job rows, runs the add script for those still waiting
 and due within the Redis horizon (later ones are loaded by the reconciler in time), and
 deletes the outbox rows. A node killed between the add and the delete leaves the rows,
 and the next owner adds them again, which changes nothing for a job Redis holds; a job
@@ -56,15 +57,13 @@ class Outbox(Actor):
         )
 
     async def drain_once(self) -> bool:
-        """One page per shard; True when a page was full (more rows are waiting)."""
+        """One page per shard, read in one statement; True when a page was full (more
+        rows are waiting)."""
         owned = sorted(self.ownership.owned())
         if not owned:
             return False
         full = False
-        for shard in self.mysql.all_shards():
-            page = await self.mysql.outbox_page(shard, owned, PAGE)
-            if not page:
-                continue
+        for shard, page in (await self.mysql.outbox_pages(owned, PAGE)).items():
             full = full or len(page) == PAGE
             job_ids = list(dict.fromkeys(job_id for _, job_id, _ in page))
             rows = await self.mysql.get_many(job_ids)

@@ -252,20 +252,31 @@ class MySQLStore:
                 for statement in sql.multi_row(head, rows):
                     await cur.execute(statement)
 
-    async def outbox_page(
-        self, shard: tuple[int, int], slots: Sequence[int], limit: int
-    ) -> list[tuple[int, str, int]]:
-        """The oldest outbox rows (id, job_id, slot) of these slots in one shard."""
+    async def outbox_pages(
+        self, slots: Sequence[int], limit: int
+    ) -> dict[tuple[int, int], list[tuple[int, str, int]]]:
+        """The oldest outbox rows (id, job_id, slot) of these slots, at most `limit` per
+        shard, by shard (only shards that have some). One statement for every shard (a
+        UNION ALL of one page per shard): a node polls the outbox often, and an idle
+        poll then costs one round trip, not one per shard."""
         if not slots:
-            return []
+            return {}
+        shards = self.all_shards()
         listed = ",".join(str(int(slot)) for slot in slots)
+        pages = " UNION ALL ".join(
+            f"(SELECT {index} AS shard, id, job_id, slot FROM {self.outbox_table(shard)}"
+            f" WHERE slot IN ({listed}) ORDER BY id LIMIT {int(limit)})"
+            for index, shard in enumerate(shards)
+        )
         async with self.pool.acquire() as conn, conn.cursor() as cur:
-            await cur.execute(
-                f"SELECT id, job_id, slot FROM {self.outbox_table(shard)}"
-                f" WHERE slot IN ({listed}) ORDER BY id LIMIT %s",
-                (limit,),
-            )
-            return [(int(i), str(j), int(s)) for i, j, s in await cur.fetchall()]
+            await cur.execute(pages)
+            rows = await cur.fetchall()
+        found: dict[tuple[int, int], list[tuple[int, str, int]]] = {}
+        for index, row_id, job_id, slot in rows:
+            found.setdefault(shards[int(index)], []).append((int(row_id), str(job_id), int(slot)))
+        for page in found.values():
+            page.sort()  # the order of a UNION's rows is not guaranteed
+        return found
 
     async def delete_outbox(self, shard: tuple[int, int], ids: Sequence[int]) -> None:
         if not ids:

@@ -151,6 +151,14 @@ async def invariant_violations(
     return violations
 
 
+async def unfinished(client: DelayClient) -> int:
+    """Jobs whose MySQL row is still pending or firing: while there are any, a node may
+    still move them (claim, publish, ack), so Redis read key by key can catch one
+    between two places."""
+    rows = await _all_rows(client)
+    return sum(status in (JobStatus.PENDING, JobStatus.FIRING) for status in rows.values())
+
+
 async def _all_rows(client: DelayClient) -> dict[str, JobStatus]:
     rows: dict[str, JobStatus] = {}
     async with client.mysql.pool.acquire() as conn, conn.cursor() as cur:

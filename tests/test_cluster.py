@@ -101,6 +101,11 @@ async def test_jobs_fire_once_across_two_nodes(
     for node in nodes:
         await node.start()
     try:
+        # Started means joined: wait until each serves its half, so both fire some.
+        async def split() -> bool:
+            return all(len(owned(node)) == settings.slots // 2 for node in nodes)
+
+        assert await wait_for(split, timeout_s=30)
         ids = await client.schedule_many([Job(topic, i, delay=1.0) for i in range(2000)])
         records = await collector.until(2000, timeout_s=120)
         await collector.quiet_for(1.0)

@@ -30,7 +30,7 @@ from cluster.contract import member_id
 from cluster.keys import slot_of
 from cluster.redis_conn import RedisClient
 from devstack import stack
-from tests.checker import Ledger, Verdict, verdict
+from tests.checker import Ledger, Verdict, unfinished, verdict
 from tests.conftest import Collector, wait_for
 from tests.processes import NodeProcess
 
@@ -71,17 +71,20 @@ async def settle(
     redis: RedisClient,
     timeout_s: float = 120,
 ) -> Verdict:
-    """Wait until every job that should fire did and the stores agree; then judge."""
+    """Wait until every job that should fire did, none is still pending or firing (a
+    job published but not acked before a fault is retried later), and the stores agree;
+    then judge."""
     deadline = time.monotonic() + timeout_s
     result: Verdict | None = None
     while time.monotonic() < deadline:
         await collector.poll()
         try:
             result = await verdict(ledger, collector.records, client, redis)
+            quiet = await unfinished(client) == 0
         except Exception:  # e.g. MySQL just came back and a pooled connection is stale
             await asyncio.sleep(0.5)
             continue
-        if not result.lost and not result.violations:
+        if not result.lost and not result.violations and quiet:
             break
         await asyncio.sleep(0.5)
     await collector.quiet_for(1.0)

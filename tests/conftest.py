@@ -16,7 +16,9 @@ Kafka and ZooKeeper from the plain one.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -60,9 +62,36 @@ CLOSING_GRACE_S = 0.5
 async def let_connections_finish_closing() -> AsyncIterator[None]:
     """aiokafka closes its connections without waiting for them; a TLS connection then
     needs the event loop a moment longer to finish its shutdown with the server. Were
-    the loop closed first, uvloop would fail the last test's teardown."""
+    the loop closed first, uvloop would fail the last test's teardown.
+
+    Then any connection still open is closed here, and named on stderr. uvloop's
+    close() closes leftover handles itself, but warns first, and with warnings as
+    errors (pyproject's filterwarnings) the warning raises before the close: the loop
+    then waits forever for that connection, and the session never ends."""
     yield
     await asyncio.sleep(CLOSING_GRACE_S)
+    left_open = left_open_by_tests()
+    for thing in left_open:
+        print(f"\nclosing what a test left open: {thing!r}", file=sys.stderr)
+        # A stream's abort() closes it at once; servers and subprocesses have close().
+        getattr(thing, "abort", thing.close)()
+    if left_open:
+        await asyncio.sleep(0)  # the closes' callbacks run
+
+
+def left_open_by_tests() -> list[Any]:
+    """uvloop's transports not closed or closing, and its servers still serving (found
+    through the garbage collector: nothing else lists them)."""
+    found: list[Any] = []
+    for candidate in gc.get_objects():
+        kind = type(candidate)
+        if kind.__module__ != "uvloop.loop":
+            continue
+        if kind.__name__.endswith("Transport") and not candidate.is_closing():
+            found.append(candidate)
+        elif kind.__name__ == "Server" and candidate.is_serving():
+            found.append(candidate)
+    return found
 
 
 @pytest.fixture(scope="session")

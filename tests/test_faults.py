@@ -164,19 +164,23 @@ async def scenario(
 
 @contextlib.asynccontextmanager
 async def reading(collector: Collector) -> AsyncIterator[None]:
-    """Keep reading Kafka meanwhile, so that lateness is measured when records arrive."""
+    """Keep reading Kafka meanwhile, so that lateness is measured when records arrive.
 
-    async def poll_forever() -> None:
-        while True:
+    Stopped between two polls rather than cancelled: a poll may be starting a fresh
+    consumer for a re-read, and aiokafka leaves the bootstrap connection of a start()
+    cancelled at its metadata request open, with nothing left to close it."""
+    done = asyncio.Event()
+
+    async def poll_until_done() -> None:
+        while not done.is_set():
             await collector.poll()
 
-    task = asyncio.create_task(poll_forever())
+    task = asyncio.create_task(poll_until_done())
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        done.set()
+        await task
 
 
 async def test_sigkill_a_node_mid_dispatch(

@@ -71,6 +71,9 @@ class Verdict:
     max_lateness_ms: float
     violations: list[str]
     unexpected: int  # fired or stored, but no call that returned ok scheduled it
+    # Jobs still pending or firing in MySQL: a node may still move them (claim, publish,
+    # ack), so Redis read key by key can catch one between two places.
+    unfinished: int
 
     def row(self) -> dict[str, object]:
         return {
@@ -114,6 +117,7 @@ async def verdict(
         max_lateness_ms=max((r["received_ms"] - r["due_ms"] for r in records), default=0.0),
         violations=await invariant_violations(client, redis, rows),
         unexpected=len((set(fired) | set(rows)) - ledger.scheduled),
+        unfinished=sum(status in (JobStatus.PENDING, JobStatus.FIRING) for status in rows.values()),
     )
 
 
@@ -149,14 +153,6 @@ async def invariant_violations(
     for job_id in places.keys() - rows.keys():
         violations.append(f"{job_id} is in Redis but not in MySQL")
     return violations
-
-
-async def unfinished(client: DelayClient) -> int:
-    """Jobs whose MySQL row is still pending or firing: while there are any, a node may
-    still move them (claim, publish, ack), so Redis read key by key can catch one
-    between two places."""
-    rows = await _all_rows(client)
-    return sum(status in (JobStatus.PENDING, JobStatus.FIRING) for status in rows.values())
 
 
 async def _all_rows(client: DelayClient) -> dict[str, JobStatus]:

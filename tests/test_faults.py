@@ -30,7 +30,7 @@ from cluster.contract import member_id
 from cluster.keys import slot_of
 from cluster.redis_conn import RedisClient
 from devstack import stack
-from tests.checker import Ledger, Verdict, unfinished, verdict
+from tests.checker import Ledger, Verdict, verdict
 from tests.conftest import Collector, wait_for
 from tests.processes import NodeProcess
 
@@ -80,11 +80,10 @@ async def settle(
         await collector.poll()
         try:
             result = await verdict(ledger, collector.records, client, redis)
-            quiet = await unfinished(client) == 0
         except Exception:  # e.g. MySQL just came back and a pooled connection is stale
             await asyncio.sleep(0.5)
             continue
-        if not result.lost and not result.violations and quiet:
+        if not result.lost and not result.violations and not result.unfinished:
             break
         await asyncio.sleep(0.5)
     await collector.quiet_for(1.0)

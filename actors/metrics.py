@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from actors.health import Verdict, busy_s, liveness, readiness
 from actors.histogram import Histograms
 from cluster.config import Settings
-from cluster.metrics_http import MetricsEndpoint
+from cluster.metrics_http import MetricsEndpoint, labelled_counter
 
 if TYPE_CHECKING:
     from actors.node import Node, NodeParts
@@ -91,14 +91,12 @@ def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
 
 
 def _counters(p: NodeParts) -> Iterator[Metric]:
-    fired = CounterMetricFamily(
+    yield labelled_counter(
         "delayq_jobs_fired",
         "Jobs published to Kafka and acknowledged by the broker (a duplicate counts again).",
-        labels=["topic"],
+        "topic",
+        sorted(p.dispatcher.published_by_topic.items()),
     )
-    for topic, count in sorted(p.dispatcher.published_by_topic.items()):
-        fired.add_metric([topic], count)
-    yield fired
     yield _counter("delayq_jobs_moved", "Jobs moved from delay to ready.", p.mover.moved_total)
     yield _counter(
         "delayq_publish_failures",
@@ -136,15 +134,13 @@ def _counters(p: NodeParts) -> Iterator[Metric]:
         "Jobs loaded from MySQL into Redis as they came within redis_horizon_ms.",
         p.reconciler.loaded_total,
     )
-    payloads = CounterMetricFamily(
+    yield labelled_counter(
         "delayq_payloads_loaded",
         "Payloads of lean jobs loaded from MySQL into Redis: by the filler shortly before "
         "the due time, or by the dispatcher when it claimed a job still lean.",
-        labels=["by"],
+        "by",
+        [("filler", p.filler.filled_total), ("claim", p.dispatcher.tails_loaded_total)],
     )
-    payloads.add_metric(["filler"], p.filler.filled_total)
-    payloads.add_metric(["claim"], p.dispatcher.tails_loaded_total)
-    yield payloads
     yield _counter(
         "delayq_jobs_released",
         "Lean jobs put back unpublished, their attempt not used, because MySQL did not answer.",
@@ -155,29 +151,25 @@ def _counters(p: NodeParts) -> Iterator[Metric]:
         "Outcome journal entries (fired, retrying, dead) written to MySQL.",
         p.recorder.recorded_total,
     )
-    restarts = CounterMetricFamily(
-        "delayq_actor_restarts", "Restarts of a crashed actor by the supervisor.", labels=["actor"]
+    yield labelled_counter(
+        "delayq_actor_restarts",
+        "Restarts of a crashed actor by the supervisor.",
+        "actor",
+        sorted(p.supervisor.restarts.items()),
     )
-    for actor, count in sorted(p.supervisor.restarts.items()):
-        restarts.add_metric([actor], count)
-    yield restarts
-    deleted = CounterMetricFamily(
+    yield labelled_counter(
         "delayq_retention_deleted",
         "Rows of fired, cancelled and expired jobs deleted by retention.",
-        labels=["table"],
+        "table",
+        [("jobs", p.retention.deleted_jobs_total), ("history", p.retention.deleted_history_total)],
     )
-    deleted.add_metric(["jobs"], p.retention.deleted_jobs_total)
-    deleted.add_metric(["history"], p.retention.deleted_history_total)
-    yield deleted
-    ticks = CounterMetricFamily(
+    yield labelled_counter(
         "delayq_recurring_ticks",
         "Ticks of recurring schedules: made into jobs ahead of their time, or missed (no "
         "node made them in time) and dropped by their schedule's missed policy.",
-        labels=["outcome"],
+        "outcome",
+        [("made", p.recurring.made_total), ("missed", p.recurring.missed_total)],
     )
-    ticks.add_metric(["made"], p.recurring.made_total)
-    ticks.add_metric(["missed"], p.recurring.missed_total)
-    yield ticks
 
 
 def _add(family: HistogramMetricFamily, histograms: Histograms, *extra: str) -> None:

@@ -7,10 +7,11 @@ and /readyz). Shared by `delayq node` (actors/metrics.py) and `delayq ingress`
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
 from cluster.config import ConfigError, Settings
@@ -18,6 +19,16 @@ from cluster.config import ConfigError, Settings
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def labelled_counter(
+    name: str, doc: str, label: str, counts: Iterable[tuple[str, float]]
+) -> CounterMetricFamily:
+    """A counter with one label: a sample for each (label value, count)."""
+    family = CounterMetricFamily(name, doc, labels=[label])
+    for value, count in counts:
+        family.add_metric([value], count)
+    return family
 
 
 class MetricsEndpoint:

@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from cluster.config import Settings
-from cluster.metrics_http import MetricsEndpoint
+from cluster.metrics_http import MetricsEndpoint, labelled_counter
 from ingress.consumer import Ingress
 
 # Every delayq_ingress_* series an ingress process exposes.
@@ -42,25 +42,21 @@ class IngressCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         i = self.ingress
-        records = CounterMetricFamily(
+        yield labelled_counter(
             "delayq_ingress_records",
             "Records of the ingress topic by outcome: scheduled (a new job), already_there "
             "(a job of that id existed: a record read again, or a repeated job_id), invalid "
             "(sent to the error topic).",
-            labels=["result"],
+            "result",
+            sorted(i.records_total.items()),
         )
-        for result, count in sorted(i.records_total.items()):
-            records.add_metric([result], count)
-        yield records
-        rounds = CounterMetricFamily(
+        yield labelled_counter(
             "delayq_ingress_rounds",
             "Rounds read (up to ingress_batch records each), and those whose offsets were "
             "committed.",
-            labels=["state"],
+            "state",
+            [("read", i.rounds_total), ("committed", i.committed_rounds_total)],
         )
-        rounds.add_metric(["read"], i.rounds_total)
-        rounds.add_metric(["committed"], i.committed_rounds_total)
-        yield rounds
         yield CounterMetricFamily(
             "delayq_ingress_commit_failures",
             "Offset commits that failed (a rebalance): those records are read again.",

@@ -60,17 +60,30 @@ _TIME = {
     ],
 }
 
+
+def _exactly_one(first: tuple[str, Any], second: tuple[str, Any]) -> list[dict[str, Any]]:
+    """The oneOf of two fields of which exactly one is given: each (name, the schema it
+    has when given); the other is then null or absent."""
+    return [
+        {"required": [name], "properties": {name: given, other: {"type": "null"}}}
+        for (name, given), (other, _) in ((first, second), (second, first))
+    ]
+
+
 # A job's due time, in a schedule and a reschedule: exactly one of delay or at.
 _DELAY = _nullable("number", minimum=0, description="seconds from now")
 _AT = {"oneOf": [*_TIME["oneOf"], {"type": "null"}]}
-_DELAY_OR_AT = [
+_DELAY_OR_AT = _exactly_one(("delay", {"type": "number"}), ("at", {"not": {"type": "null"}}))
+# A query parameter that is a flag (web/api.py _flag).
+_FLAG = {"type": "string", "enum": ["true", "false", "1", "0"]}
+# The parameters of a list of dead or expired jobs (web/api.py _listing).
+_LISTING = [
+    {"name": "topic", "in": "query", "schema": _TOPIC},
     {
-        "required": ["delay"],
-        "properties": {"delay": {"type": "number"}, "at": {"type": "null"}},
-    },
-    {
-        "required": ["at"],
-        "properties": {"at": {"not": {"type": "null"}}, "delay": {"type": "null"}},
+        "name": "limit",
+        "in": "query",
+        "schema": {"type": "integer", "minimum": 1, "maximum": DEAD_LIST_MAX},
+        "description": "default 100",
     },
 ]
 
@@ -321,16 +334,7 @@ SCHEMAS: dict[str, Any] = {
             ),
             "expires_after": _EXPIRES_AFTER,
         },
-        "oneOf": [
-            {
-                "required": ["cron"],
-                "properties": {"cron": {"type": "string"}, "every": {"type": "null"}},
-            },
-            {
-                "required": ["every"],
-                "properties": {"every": {"type": "number"}, "cron": {"type": "null"}},
-            },
-        ],
+        "oneOf": _exactly_one(("cron", {"type": "string"}), ("every", {"type": "number"})),
     },
     "Recurring": {
         "type": "object",
@@ -496,13 +500,7 @@ _OPERATIONS: dict[str, tuple[str, str | None, dict[int, str], list[dict[str, Any
         "A job's durable record; ?history=true adds its status changes",
         None,
         {200: "Job"},
-        [
-            {
-                "name": "history",
-                "in": "query",
-                "schema": {"type": "string", "enum": ["true", "false", "1", "0"]},
-            }
-        ],
+        [{"name": "history", "in": "query", "schema": _FLAG}],
     ),
     "cancel": ("Cancel a job: 200 guarantees it never fires", None, {200: "Cancelled"}, []),
     "reschedule": (
@@ -515,15 +513,7 @@ _OPERATIONS: dict[str, tuple[str, str | None, dict[int, str], list[dict[str, Any
         "Dead jobs, oldest death first per slot",
         None,
         {200: "DeadList"},
-        [
-            {"name": "topic", "in": "query", "schema": _TOPIC},
-            {
-                "name": "limit",
-                "in": "query",
-                "schema": {"type": "integer", "minimum": 1, "maximum": DEAD_LIST_MAX},
-                "description": "default 100",
-            },
-        ],
+        _LISTING,
     ),
     "get_dead": ("One job of the dead-letter set, with its history", None, {200: "DeadJob"}, []),
     "replay_dead": (
@@ -542,27 +532,13 @@ _OPERATIONS: dict[str, tuple[str, str | None, dict[int, str], list[dict[str, Any
         "Jobs that expired (not published by due time + expires_after), newest first",
         None,
         {200: "ExpiredList"},
-        [
-            {"name": "topic", "in": "query", "schema": _TOPIC},
-            {
-                "name": "limit",
-                "in": "query",
-                "schema": {"type": "integer", "minimum": 1, "maximum": DEAD_LIST_MAX},
-                "description": "default 100",
-            },
-        ],
+        _LISTING,
     ),
     "list_recurring": (
         "The recurring schedules, by name (?removed=true: removed ones too)",
         None,
         {200: "RecurringList"},
-        [
-            {
-                "name": "removed",
-                "in": "query",
-                "schema": {"type": "string", "enum": ["true", "false", "1", "0"]},
-            }
-        ],
+        [{"name": "removed", "in": "query", "schema": _FLAG}],
     ),
     "get_recurring": ("One recurring schedule (also a removed one)", None, {200: "Recurring"}, []),
     "put_recurring": (

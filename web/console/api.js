@@ -46,6 +46,10 @@ export function deadPath(jobId) {
   return `/v1/dead-letters/${encodeURIComponent(jobId)}`;
 }
 
+export function recurringPath(name) {
+  return `/v1/recurring/${encodeURIComponent(name)}`;
+}
+
 /** method path [body] → the decoded JSON answer; throws ApiError. */
 export async function call(method, path, body) {
   const headers = { Accept: "application/json, application/problem+json" };

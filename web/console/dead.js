@@ -5,7 +5,7 @@
 
 import { call, deadPath } from "./api.js";
 import { confirmChange, explainFailure } from "./dialogs.js";
-import { byId, count, fillRows, h, pretty, say, utc, utcSeconds } from "./dom.js";
+import { byId, count, field, fillRows, h, markCurrent, pretty, say, utc, utcSeconds } from "./dom.js";
 
 let listed = []; // the dead jobs on screen
 let total = 0; // how many there are in all (of the topic loaded)
@@ -197,14 +197,13 @@ async function showOne(jobId) {
     if (await explainFailure(error, message, "Reading the dead job")) showOne(jobId);
     return;
   }
-  const field = (name, value, cls) => [h("dt", {}, name), h("dd", { class: cls || "" }, value)];
   byId("dead-title").textContent = job.job_id;
   byId("dead-fields").replaceChildren(
-    ...field("topic", job.topic, "mono"),
+    ...field("topic", job.topic, { class: "mono" }),
     ...field("slot", String(job.slot)),
     ...field("died", `${utc(job.died_ms)} UTC`),
     ...field("attempts", job.attempts === null ? "–" : count(job.attempts)),
-    ...field("last error", job.last_error ?? "–", job.last_error ? "mono error-text" : ""),
+    ...field("last error", job.last_error ?? "–", { class: job.last_error ? "mono error-text" : "" }),
   );
   byId("dead-record").textContent = pretty(job.record);
   const history = job.history.map((row) =>
@@ -237,7 +236,5 @@ function closeOne() {
 }
 
 function markOpen() {
-  for (const row of byId("dead-list").tBodies[0].rows) {
-    row.classList.toggle("current", openId !== null && row.dataset.jobId === openId);
-  }
+  markCurrent(byId("dead-list"), "jobId", openId);
 }

@@ -57,6 +57,18 @@ export function byId(id) {
   return element;
 }
 
+/** A term and its value in a <dl>: [<dt>, <dd attrs>]. */
+export function field(name, value, attrs = {}) {
+  return [h("dt", {}, name), h("dd", attrs, value)];
+}
+
+/** Mark the row of a table whose data-<key> is `value` as the one shown beside it. */
+export function markCurrent(table, key, value) {
+  for (const row of table.tBodies[0].rows) {
+    row.classList.toggle("current", value !== null && row.dataset[key] === value);
+  }
+}
+
 /** Replace a table body's rows; an empty list shows `empty` across all columns. */
 export function fillRows(tbody, rows, empty) {
   if (rows.length) {

@@ -5,7 +5,7 @@
 
 import { call, jobPath } from "./api.js";
 import { confirmChange, explainFailure } from "./dialogs.js";
-import { byId, count, fillRows, h, pretty, relative, say, utc } from "./dom.js";
+import { byId, count, field, fillRows, h, pretty, relative, say, utc } from "./dom.js";
 
 // Statuses a cancel can still stop (the API answers 409 to the others).
 const CANCELLABLE = new Set(["pending", "firing"]);
@@ -60,10 +60,6 @@ export async function lookup(jobId) {
   if (mine !== asked) return;
   say(message, "");
   render(record);
-}
-
-function field(name, value, attrs = {}) {
-  return [h("dt", {}, name), h("dd", attrs, value)];
 }
 
 function render(job) {

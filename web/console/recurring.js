@@ -3,9 +3,9 @@
 // (#recurring/<percent-encoded name>) opens it beside the list, with its payload and a
 // link to the last tick made into a job.
 
-import { call } from "./api.js";
+import { call, recurringPath } from "./api.js";
 import { confirmChange, explainFailure } from "./dialogs.js";
-import { byId, count, fillRows, h, pretty, relative, say, seconds, utc, utcSeconds } from "./dom.js";
+import { byId, count, field, fillRows, h, markCurrent, pretty, relative, say, seconds, utc, utcSeconds } from "./dom.js";
 
 let listed = []; // the schedules on screen
 let openName = null; // the schedule shown beside the list
@@ -34,11 +34,6 @@ export function show(name) {
 
 export function refresh() {
   load();
-}
-
-/** Where a schedule's path points: its name is one path segment. */
-function schedulePath(name) {
-  return `/v1/recurring/${encodeURIComponent(name)}`;
 }
 
 /** "cron 0 9 * * 1-5 (Europe/Berlin)" or "every 5 min 0 s". */
@@ -105,7 +100,6 @@ function render() {
 }
 
 function showOne(s) {
-  const field = (name, value, attrs = {}) => [h("dt", {}, name), h("dd", attrs, value)];
   // The last tick made into a job, which the job view shows with its history.
   const lastTick =
     s.last_made_ms === null
@@ -145,9 +139,7 @@ function closeOne() {
 }
 
 function markOpen() {
-  for (const row of byId("recurring-list").tBodies[0].rows) {
-    row.classList.toggle("current", openName !== null && row.dataset.name === openName);
-  }
+  markCurrent(byId("recurring-list"), "name", openName);
 }
 
 async function remove(schedule) {
@@ -164,7 +156,7 @@ async function remove(schedule) {
   if (!yes) return;
   const message = byId("recurring-message");
   try {
-    await call("DELETE", schedulePath(schedule.name));
+    await call("DELETE", recurringPath(schedule.name));
   } catch (error) {
     if (await explainFailure(error, message, "Removing the schedule")) remove(schedule);
     return;

@@ -35,9 +35,9 @@ lint: install
 format: install
 	$(BIN)/ruff format .
 
-# Regenerate the Lua side of cluster/contract.py (tests/test_contract.py checks it).
+# Regenerate the Lua side of cluster/model/contract.py (tests/test_contract.py checks it).
 contract: install
-	$(BIN)/python -c 'import sys, cluster.contract as c; sys.stdout.write(c.lua_include())' \
+	$(BIN)/python -c 'import sys, cluster.model.contract as c; sys.stdout.write(c.lua_include())' \
 	  > lua/includes/contract.lua
 
 # The whole suite against the real local stack, which the tests start themselves:

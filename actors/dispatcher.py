@@ -48,13 +48,14 @@ from actors.ownership import Ownership
 from actors.publisher import Publisher
 from actors.queues import SlotQueue
 from actors.scanner import SlotScanner
-from cluster.config import Settings
-from cluster.contract import NO_TIME
-from cluster.envelope import Fire, due_and_topic, fire_of, is_lean, with_tail
-from cluster.jobs import topic_allowed
-from cluster.mysql_store import MySQLStore
-from cluster.script_io import Claimed, ClaimResult
-from cluster.scripts import Fenced, NotReplicated, Scripts, SlotFailed
+from cluster.errors import Fenced, ReplicationUnconfirmed, SlotFailed
+from cluster.model.contract import NO_TIME
+from cluster.model.envelope import Fire, due_and_topic, fire_of, is_lean, with_tail
+from cluster.model.jobs import topic_allowed
+from cluster.scripts.codec import Claimed, ClaimResult
+from cluster.scripts.facade import Scripts
+from cluster.settings.config import Settings
+from cluster.store.mysql_store import MySQLStore
 
 log = logging.getLogger(__name__)
 
@@ -445,7 +446,7 @@ class Dispatcher(Actor):
         for pause_s in (*ACK_RETRY_PAUSES_S, None):
             try:
                 acked, failed = await self.scripts.ack_many(published)
-            except NotReplicated as exc:
+            except ReplicationUnconfirmed as exc:
                 # Done on the master; only a failover in the next moments could undo
                 # it, and then these jobs fire again (a duplicate after a failure).
                 acked, failed = exc.result

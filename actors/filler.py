@@ -27,11 +27,12 @@ from typing import Any
 
 from actors.lifecycle import Actor
 from actors.ownership import Ownership
-from cluster.config import Settings
-from cluster.contract import WAITING_STATUSES, split_member
-from cluster.envelope import is_lean
-from cluster.mysql_store import MySQLStore
-from cluster.scripts import Scripts, SlotFailed
+from cluster.errors import SlotFailed
+from cluster.model.contract import WAITING_STATUSES, split_member
+from cluster.model.envelope import is_lean
+from cluster.scripts.facade import Scripts
+from cluster.settings.config import Settings
+from cluster.store.mysql_store import MySQLStore
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from actors.lifecycle import Actor
-from cluster.config import Settings
+from cluster.settings.config import Settings
 
 if TYPE_CHECKING:
     from actors.node import NodeParts

@@ -9,7 +9,7 @@ Layout under the cluster root, <zk_root>/<key_prefix>:
                       version, bumped by every change, is the slot's epoch
 
 With zk_auth every one of them is readable and writable by that digest user only
-(cluster/zk_conn.py); without it, by anyone.
+(cluster/connections/zk_conn.py); without it, by anyone.
 
 Every member computes the same slot map from the live members (actors/assignment.py).
 Hand-off is two-sided, so a slot is never worked on by two nodes at once:
@@ -45,9 +45,10 @@ from aiozk.states import States
 from actors.assignment import assign
 from actors.lifecycle import Actor, Tick
 from actors.ownership import HeldSlots
-from cluster.config import Settings
-from cluster.scripts import NotReplicated, Scripts
-from cluster.zk_conn import is_open_acl, make_zk, no_auth_error
+from cluster.connections.zk_conn import is_open_acl, make_zk, no_auth_error
+from cluster.errors import ClusterConfigError, ReplicationUnconfirmed
+from cluster.scripts.facade import Scripts
+from cluster.settings.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +69,6 @@ def metrics_url(settings: Settings) -> str | None:
     if ":" in host:
         host = f"[{host}]"
     return f"http://{host}:{settings.metrics_port}/metrics"
-
-
-class ClusterConfigError(RuntimeError):
-    """This node's settings disagree with the cluster's (e.g. the slot count)."""
 
 
 class Membership(Actor):
@@ -119,7 +116,7 @@ class Membership(Actor):
         disagrees with the cluster, ZooKeeperAccessError if ZooKeeper refuses it the
         cluster's znodes (NoAuth: zk_auth wrong or missing)."""
         s = self.settings
-        # Every znode this client creates gets znode_acl(s) (cluster/zk_conn.py).
+        # Every znode this client creates gets znode_acl(s) (cluster/connections/zk_conn.py).
         self.zk = make_zk(s)
         await asyncio.wait_for(self.zk.start(), s.zk_session_timeout_ms / 1000 * 3)
         try:
@@ -303,7 +300,7 @@ class Membership(Actor):
         self._claimed[slot] = epoch
         try:
             taken = await self.scripts.take(slot, epoch)
-        except NotReplicated as error:
+        except ReplicationUnconfirmed as error:
             # Taken on the master. Should a failover undo it, the old epoch is back:
             # this node is then fenced and takes the slot again; its old owner had
             # released it or is dead, so nobody works on it twice meanwhile.

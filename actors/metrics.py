@@ -29,8 +29,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from actors.health import Verdict, busy_s, liveness, readiness
 from actors.histogram import Histograms
-from cluster.config import Settings
-from cluster.metrics_http import MetricsEndpoint, labelled_counter
+from cluster.process.metrics_http import MetricsEndpoint, labelled_counter
+from cluster.settings.config import Settings
 
 if TYPE_CHECKING:
     from actors.node import Node, NodeParts

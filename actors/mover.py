@@ -16,7 +16,8 @@ from actors.lifecycle import Actor
 from actors.ownership import Ownership
 from actors.queues import SlotQueue
 from actors.scanner import SlotScanner
-from cluster.scripts import MoveResult, Scripts, SlotFailed
+from cluster.errors import SlotFailed
+from cluster.scripts.facade import MoveResult, Scripts
 
 log = logging.getLogger(__name__)
 

@@ -29,11 +29,11 @@ from redis.exceptions import RedisClusterException
 
 from actors.dispatcher import Dispatcher
 from actors.filler import Filler
-from actors.membership import ClusterConfigError, Membership
+from actors.membership import Membership
 from actors.mover import Mover
 from actors.outbox import Outbox
 from actors.ownership import HeldSlots
-from actors.preflight import UnsafeConfig, check_redis
+from actors.preflight import check_redis
 from actors.queues import SlotQueue
 from actors.reaper import RetryReaper
 from actors.reconciler import Reconciler
@@ -44,19 +44,21 @@ from actors.sampler import Sampler
 from actors.scanner import SlotScanner
 from actors.supervisor import Supervisor
 from actors.wake_listener import WakeListener
-from cluster.config import ConfigError, Settings, redact_url
-from cluster.kafka_conn import connection_options, start_client
-from cluster.keys import KeySpace
-from cluster.mysql_store import MySQLStore, SchemaError
-from cluster.ready_file import clear_ready_file, write_ready_file
-from cluster.redis_conn import RedisClient, open_redis
-from cluster.scripts import Scripts
+from cluster.connections.kafka_conn import connection_options, start_client
+from cluster.connections.redis_conn import RedisClient, open_redis
+from cluster.errors import ClusterConfigError, ConfigError, SchemaError, StartupFailed, UnsafeConfig
+from cluster.model.keys import KeySpace
+from cluster.process.ready_file import clear_ready_file, write_ready_file
+from cluster.scripts.facade import Scripts
+from cluster.settings.config import Settings, redact_url
+from cluster.store.mysql_store import MySQLStore
 
 log = logging.getLogger(__name__)
 
 
 def make_producer(settings: Settings) -> AIOKafkaProducer:
-    """The node's producer; connection and security options from cluster/kafka_conn.py."""
+    """The node's producer; connection and security options from
+    cluster/connections/kafka_conn.py."""
     return AIOKafkaProducer(
         **connection_options(settings),
         client_id=f"delayq-{settings.node_id}",
@@ -346,11 +348,6 @@ _ZK_TRANSIENT = (
 
 
 T = TypeVar("T")
-
-
-class StartupFailed(RuntimeError):
-    """A store did not answer within startup_timeout_s, or refused this node
-    (e.g. its credentials)."""
 
 
 # What run_node reports as one line: failures of the set-up, not bugs.

@@ -23,11 +23,11 @@ from collections import defaultdict
 
 from actors.lifecycle import Actor
 from actors.ownership import Ownership
-from cluster.config import Settings
-from cluster.contract import WAITING_STATUSES
-from cluster.jobs import now_ms
-from cluster.mysql_store import MySQLStore
-from cluster.scripts import NewJob, Scripts
+from cluster.model.contract import WAITING_STATUSES
+from cluster.model.jobs import now_ms
+from cluster.scripts.facade import NewJob, Scripts
+from cluster.settings.config import Settings
+from cluster.store.mysql_store import MySQLStore
 
 log = logging.getLogger(__name__)
 

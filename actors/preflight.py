@@ -15,13 +15,10 @@ from typing import Any
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
-from cluster.redis_conn import RedisClient
+from cluster.connections.redis_conn import RedisClient
+from cluster.errors import UnsafeConfig
 
 log = logging.getLogger(__name__)
-
-
-class UnsafeConfig(RuntimeError):
-    """A store is configured in a way that would lose jobs."""
 
 
 async def _config(redis: RedisClient, name: str) -> list[str]:

@@ -31,7 +31,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
 
-from cluster.envelope import Fire, partition_of
+from cluster.model.envelope import Fire, partition_of
 
 
 def _failed(exc: BaseException) -> asyncio.Future[object]:

@@ -9,9 +9,10 @@ import logging
 from actors.lifecycle import Actor, Tick
 from actors.ownership import Ownership
 from actors.scanner import SlotScanner
-from cluster.config import Settings
-from cluster.contract import NO_TIME
-from cluster.scripts import Scripts, SlotFailed
+from cluster.errors import SlotFailed
+from cluster.model.contract import NO_TIME
+from cluster.scripts.facade import Scripts
+from cluster.settings.config import Settings
 
 log = logging.getLogger(__name__)
 

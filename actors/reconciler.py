@@ -2,7 +2,7 @@
 and those Redis lost.
 
 Redis holds only the near future (tiering): a job due more than `redis_horizon_ms`
-ahead is written to MySQL alone (cluster/client.py), and the reconciler of the node
+ahead is written to MySQL alone (cluster/client/delay_client.py), and the reconciler of the node
 owning its slot loads it when it comes within horizon/2. Per slot it remembers up to
 which due time everything was loaded ("loaded until"); every horizon/4 it reads the
 rows due between that point and now + horizon/2 and moves the point on. A producer
@@ -66,11 +66,11 @@ from redis.asyncio.cluster import RedisCluster
 from actors.lifecycle import Actor, Tick
 from actors.ownership import Ownership
 from actors.queues import SlotQueue
-from cluster.config import Settings
-from cluster.contract import WAITING_STATUSES, AddCode, JobStatus
-from cluster.mysql_store import JobRecord, MySQLStore, ms_to_datetime
-from cluster.redis_conn import RedisClient
-from cluster.scripts import NewJob, Scripts
+from cluster.connections.redis_conn import RedisClient
+from cluster.model.contract import WAITING_STATUSES, AddCode, JobStatus
+from cluster.scripts.facade import NewJob, Scripts
+from cluster.settings.config import Settings
+from cluster.store.mysql_store import JobRecord, MySQLStore, ms_to_datetime
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import logging
 
 from actors.lifecycle import Actor
 from actors.ownership import Ownership
-from cluster.contract import JobStatus
-from cluster.mysql_store import MySQLStore, Outcome
-from cluster.scripts import Scripts
+from cluster.model.contract import JobStatus
+from cluster.scripts.facade import Scripts
+from cluster.store.mysql_store import MySQLStore, Outcome
 
 log = logging.getLogger(__name__)
 

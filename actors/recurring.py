@@ -4,13 +4,13 @@ A recurring schedule belongs to slot_of(name), and the node owning that slot mak
 ticks into ordinary jobs ahead of time. Every recurring_poll_ms this actor reads, shard
 by shard, the schedules of its owned slots whose next tick is due within
 recurring_lookahead_ms / 2 (migration 005), and for each, in one transaction
-(cluster/recurring_store.py):
+(cluster/store/recurring_store.py):
 
 * moves the schedule's cursor (`next_tick`, the first tick not made yet) on to the
   first tick due more than the lookahead from now, with a compare-and-set on the cursor
   and the definition's generation, recording this node's epoch of the slot;
 * writes each tick in between as a job whose id is derived from the schedule and the
-  tick (cluster/tick_ids.py), with an outbox row: the outbox actor of the node owning
+  tick (cluster/model/tick_ids.py), with an outbox row: the outbox actor of the node owning
   the tick's own slot adds it to Redis within outbox_poll_ms (actors/outbox.py);
 * commits only while the slot's owner key in Redis carries this node's epoch, read
   after those writes (fencing, as every owner script is fenced): a node that lost the
@@ -28,7 +28,7 @@ shorter than lookahead / 2 delays no tick.
 
 A tick that no node made into a job before its time (every node down, or the slot
 without an owner, for longer than lookahead / 2) is missed, and the schedule's policy
-decides (cluster/ticks.py plan): "fire_once" makes the last missed tick a job, due
+decides (cluster/model/ticks.py plan): "fire_once" makes the last missed tick a job, due
 already, so it fires at once; "skip" makes none. Either way the schedule goes on with
 its next tick: never a storm of catch-up jobs.
 """
@@ -39,12 +39,12 @@ import logging
 
 from actors.lifecycle import Actor
 from actors.ownership import Ownership
-from cluster.config import Settings
-from cluster.jobs import now_ms
-from cluster.mysql_store import MySQLStore
-from cluster.recurring_store import RecurringSchedule, RecurringStore
-from cluster.scripts import Scripts
-from cluster.ticks import plan
+from cluster.model.jobs import now_ms
+from cluster.model.ticks import plan
+from cluster.scripts.facade import Scripts
+from cluster.settings.config import Settings
+from cluster.store.mysql_store import MySQLStore
+from cluster.store.recurring_store import RecurringSchedule, RecurringStore
 
 log = logging.getLogger(__name__)
 

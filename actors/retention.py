@@ -2,7 +2,7 @@
 
 Every retention_interval_s, the jobs of owned slots whose row last changed more than
 retention_days ago go, with their history, in batches of retention_batch
-(cluster/retention.py). Each slot has one owner, so each row is pruned by one node; the
+(cluster/store/retention.py). Each slot has one owner, so each row is pruned by one node; the
 owned slots are read again before every batch, so a slot handed over mid-pass is left
 to its new owner. retention_days = 0 keeps everything.
 
@@ -20,9 +20,9 @@ import logging
 
 from actors.lifecycle import Actor, Tick
 from actors.ownership import Ownership
-from cluster.config import Settings
-from cluster.mysql_store import MySQLStore
-from cluster.retention import Pruned, age_text, prune_batches
+from cluster.settings.config import Settings
+from cluster.store.mysql_store import MySQLStore
+from cluster.store.retention import Pruned, age_text, prune_batches
 
 log = logging.getLogger(__name__)
 

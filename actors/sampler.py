@@ -16,11 +16,11 @@ from aiokafka import AIOKafkaProducer
 
 from actors.lifecycle import Actor
 from actors.ownership import Ownership
-from cluster.config import Settings
-from cluster.keys import KeySpace
-from cluster.mysql_store import MySQLStore
-from cluster.redis_conn import RedisClient
-from cluster.status import SlotDepth, slot_depths
+from cluster.connections.redis_conn import RedisClient
+from cluster.model.keys import KeySpace
+from cluster.observe.status import SlotDepth, slot_depths
+from cluster.settings.config import Settings
+from cluster.store.mysql_store import MySQLStore
 
 STORES = ("redis", "mysql", "kafka")
 

@@ -28,7 +28,7 @@ import time
 from actors.lifecycle import Actor
 from actors.ownership import Ownership
 from actors.queues import SlotQueue
-from cluster.contract import NO_TIME
+from cluster.model.contract import NO_TIME
 
 log = logging.getLogger(__name__)
 

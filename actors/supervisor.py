@@ -15,6 +15,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Protocol
 
+from cluster.errors import SupervisorGaveUp
+
 log = logging.getLogger(__name__)
 
 
@@ -29,10 +31,6 @@ class Supervised(Protocol):
     async def run(self) -> None: ...
 
     def stop(self) -> None: ...
-
-
-class SupervisorGaveUp(RuntimeError):
-    """An actor kept crashing."""
 
 
 class Supervisor:

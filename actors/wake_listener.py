@@ -21,8 +21,13 @@ from redis.asyncio.cluster import RedisCluster
 from actors.lifecycle import Actor
 from actors.ownership import Ownership
 from actors.scanner import SlotScanner
-from cluster.config import Settings
-from cluster.redis_conn import RedisClient, connect_subscriber, seed_nodes, subscriber_for
+from cluster.connections.redis_conn import (
+    RedisClient,
+    connect_subscriber,
+    seed_nodes,
+    subscriber_for,
+)
+from cluster.settings.config import Settings
 
 log = logging.getLogger(__name__)
 

@@ -36,9 +36,9 @@ import orjson
 import uvloop
 
 from cluster import DelayClient
-from cluster.config import Settings
-from devstack.databases import throwaway_cluster
-from devstack.nodes import settings_env
+from cluster.devstack.databases import throwaway_cluster
+from cluster.devstack.nodes import settings_env
+from cluster.settings.config import Settings
 
 TOKEN = "api-bench-token-0123456789abcdef"
 
@@ -60,7 +60,7 @@ def jobs(count: int, caller_ids: bool) -> list[dict[str, Any]]:
 async def web_server(settings: Settings) -> AsyncIterator[str]:
     env = {**os.environ, **settings_env(settings), "DELAYQ_WEB_TOKENS": f"{TOKEN}=producer"}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cluster.cli", "web", "--port", "0",
+        sys.executable, "-m", "cluster.cli.main", "web", "--port", "0",
         env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     assert process.stdout is not None

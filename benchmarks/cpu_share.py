@@ -23,7 +23,7 @@ import psutil
 SAMPLE_S = 0.5
 FIRING_CORES = 0.3
 GROUPS = (
-    ("delayq node", ("cluster.cli",)),
+    ("delayq node", ("cluster.cli.main",)),
     ("benchmark (client, consumer)", ("benchmarks/",)),
     ("Redis", ("redis-server",)),
     ("MariaDB", ("mariadbd", "mysqld")),

@@ -42,11 +42,11 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import NewTopic
 
 from cluster import DelayClient
-from cluster.config import Settings
-from cluster.kafka_conn import connection_options, make_admin, start_client
-from devstack.databases import create_cluster_database, forget_cluster
-from devstack.nodes import NodeProcess
-from ingress.records import derived_job_id
+from cluster.connections.kafka_conn import connection_options, make_admin, start_client
+from cluster.devstack.databases import create_cluster_database, forget_cluster
+from cluster.devstack.nodes import NodeProcess
+from cluster.ingress.records import derived_job_id
+from cluster.settings.config import Settings
 
 PAYLOAD = "x" * 100
 JOB_TOPIC = "bench.ingress"

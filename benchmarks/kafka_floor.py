@@ -27,7 +27,7 @@ delayq's lateness has above this floor is delayq's own (or its share of the mach
   live consumer missed (the local broker can make one visible out of order) are looked
   for by re-reading the topic, counted as received but kept out of lateness.
 
-Connects as Settings.from_env() says (cluster/kafka_conn.py), so the secure stack
+Connects as Settings.from_env() says (cluster/connections/kafka_conn.py), so the secure stack
 works too. Writes float64 (receive_ms, due_ms) pairs to --raw, as the peers do
 (benchmarks/summary.py reads them), and prints one JSON line: counts, the record size,
 and p50/p99/max of sent − due (how late the send loop was) and of broker ack − due.
@@ -59,12 +59,12 @@ from fire_bench import (
 from summary import percentile
 
 from actors.node import make_producer
-from cluster.config import Settings
-from cluster.kafka_conn import start_client
+from cluster.connections.kafka_conn import start_client
+from cluster.settings.config import Settings
 
 
 def record_head(job_id: bytes, topic: str, payload_bytes: int) -> bytes:
-    """A fired record of delayq up to its due_ms (cluster/envelope.py builds the same)."""
+    """A fired record of delayq up to its due_ms (cluster/model/envelope.py builds the same)."""
     return orjson.dumps(
         {
             "job_id": job_id.decode(),

@@ -78,9 +78,9 @@ def observe_us_per_job(topics: int = 4) -> float:
 
 async def scrape_cpu_ms() -> tuple[float, int]:
     """(node CPU ms per GET /metrics, response bytes), on an idle node of its own."""
-    from cluster.config import Settings
-    from devstack.databases import create_cluster_database, drop_cluster_database
-    from devstack.nodes import NodeProcess
+    from cluster.devstack.databases import create_cluster_database, drop_cluster_database
+    from cluster.devstack.nodes import NodeProcess
+    from cluster.settings.config import Settings
 
     prefix = f"mcost{uuid.uuid4().hex[:6]}"
     settings = await create_cluster_database(
@@ -168,7 +168,7 @@ def node_cpu_deltas(bench: psutil.Process, last: dict[int, float]) -> list[float
         return deltas
     for child in children:
         try:
-            if "cluster.cli" not in " ".join(child.cmdline()):
+            if "cluster.cli.main" not in " ".join(child.cmdline()):
                 continue
             times = child.cpu_times()
         except psutil.NoSuchProcess:

@@ -29,12 +29,12 @@ import aiomysql
 import uvloop
 
 from cluster import DelayClient
-from cluster.config import Settings
-from cluster.keys import slot_of
-from cluster.redis_conn import open_redis
-from cluster.sql import mysql_connect_args
-from devstack.databases import throwaway_cluster
-from devstack.nodes import NodeProcess
+from cluster.connections.redis_conn import open_redis
+from cluster.devstack.databases import throwaway_cluster
+from cluster.devstack.nodes import NodeProcess
+from cluster.model.keys import slot_of
+from cluster.settings.config import Settings
+from cluster.store.sql import mysql_connect_args
 
 
 def quantile(values: list[float], q: float) -> float:

@@ -28,10 +28,10 @@ import uvloop
 from fire_bench import RESULTS, bench_cluster, kafka_topic, mysql_size
 
 from cluster import DelayClient, Job
-from cluster.config import Settings
-from cluster.mysql_store import MySQLStore
-from cluster.retention import prune
-from cluster.sql import parse_mysql_url
+from cluster.settings.config import Settings
+from cluster.store.mysql_store import MySQLStore
+from cluster.store.retention import prune
+from cluster.store.sql import parse_mysql_url
 
 RETENTION_INTERVAL_S = 5
 

@@ -12,7 +12,7 @@ database of its own (dropped afterwards, with the keys). Caller-given ids are
 jobs per second spent in schedule_many. Needs the local stack (`eval "$(delayq services
 env)"`). The harness's ids scenario measures the same against BullMQ, through
 fire_bench.py's backlog mode; this script exists beside it because it needs nothing but
-the client API and devstack.databases, so it also runs against an older build (through
+the client API and cluster.devstack.databases, so it also runs against an older build (through
 PYTHONPATH) for before/after figures, where fire_bench.py's newer imports would not.
 """
 
@@ -25,9 +25,9 @@ import time
 import uvloop
 
 from cluster import DelayClient, Job
-from cluster.config import Settings
-from cluster.redis_conn import open_redis
-from devstack.databases import create_cluster_database, drop_cluster_database
+from cluster.connections.redis_conn import open_redis
+from cluster.devstack.databases import create_cluster_database, drop_cluster_database
+from cluster.settings.config import Settings
 
 
 async def run(args: argparse.Namespace) -> float:

@@ -19,8 +19,8 @@ import orjson
 import uvloop
 
 from cluster import DelayClient
-from cluster.config import Settings
-from devstack.databases import create_cluster_database, drop_cluster_database
+from cluster.devstack.databases import create_cluster_database, drop_cluster_database
+from cluster.settings.config import Settings
 
 
 def quantiles_ms(samples: list[float]) -> dict[str, float]:

@@ -1,28 +1,36 @@
-"""delayq for producers and operators: the client, its jobs and errors, settings, the
-stores both producers and nodes use, and the `delayq` command line.
+"""delayq for producers and operators: the client, its jobs, answers and errors, and the
+settings.
 
     from cluster import DelayClient
 
     async with DelayClient.from_env() as client:
         job_id = await client.schedule("orders.close", {"order": 42}, delay=1800)
 
-The node runtime (the actors that fire jobs) is the package `actors`.
+Subpackages, from the bottom layer up (each ``__init__`` says what it may import;
+tests/unit/test_layout.py enforces it): ``errors``, ``settings``, ``connections`` and
+``model``, ``store``, ``scripts``, ``client``, ``observe`` and ``process``, then
+``web`` and ``ingress`` (beside the node runtime, the package ``actors``), then ``cli``.
+``devstack`` is the development stack; production code never imports it. The Lua
+scripts (``cluster.lua``) and SQL migrations (``cluster.schema``) are package data.
 """
 
-from cluster.changes import CancelResult, ChangeResult, ChangeStatus, RescheduleResult
-from cluster.client import (
-    DeadJob,
-    DelayClient,
+from cluster.client.delay_client import DeadJob, DelayClient, RecurringSchedule
+from cluster.errors import (
+    ConfigError,
+    DelayqError,
+    InvalidJob,
     OutcomeUnknown,
-    RecurringSchedule,
     RedisStepFailed,
     ReplicationUnconfirmed,
+    StoreAccessError,
+    StoreMismatch,
     StoreUnavailable,
 )
-from cluster.config import ConfigError, Settings
-from cluster.contract import JobStatus
-from cluster.jobs import InvalidJob, Job
-from cluster.mysql_store import JobRecord
+from cluster.model.changes import CancelResult, ChangeResult, ChangeStatus, RescheduleResult
+from cluster.model.contract import JobStatus
+from cluster.model.jobs import Job
+from cluster.settings.config import Settings
+from cluster.store.rows import JobRecord
 
 __all__ = [
     "CancelResult",
@@ -31,6 +39,7 @@ __all__ = [
     "ConfigError",
     "DeadJob",
     "DelayClient",
+    "DelayqError",
     "InvalidJob",
     "Job",
     "JobRecord",
@@ -41,5 +50,7 @@ __all__ = [
     "ReplicationUnconfirmed",
     "RescheduleResult",
     "Settings",
+    "StoreAccessError",
+    "StoreMismatch",
     "StoreUnavailable",
 ]

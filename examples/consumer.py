@@ -5,7 +5,7 @@
 Each record's value is JSON: job_id, topic, biz_id, biz_type, due_ms, fired_ms, attempt,
 payload. delayq delivers at least once; after a crash a job may arrive twice. FiredRecords
 decodes each record, and its Deduplicator drops repeated deliveries of a job seen in the
-last ten minutes by this process (cluster/consumer.py says exactly which); a handler that
+last ten minutes by this process (cluster/client/consumer.py says exactly which); a handler that
 must never run twice still keys its own writes by job_id.
 """
 
@@ -15,9 +15,9 @@ import asyncio
 import sys
 import time
 
-from cluster.config import Settings
-from cluster.consumer import Deduplicator, FiredRecord, FiredRecords
-from cluster.kafka_conn import make_consumer, start_client
+from cluster.client.consumer import Deduplicator, FiredRecord, FiredRecords
+from cluster.connections.kafka_conn import make_consumer, start_client
+from cluster.settings.config import Settings
 
 
 async def handle(job: FiredRecord) -> None:

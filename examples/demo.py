@@ -18,9 +18,9 @@ from aiokafka import TopicPartition
 from aiokafka.admin import NewTopic
 
 from cluster import DelayClient, Job
-from cluster.config import Settings
-from cluster.kafka_conn import make_admin, make_consumer, start_client
-from devstack.nodes import NodeProcess, NodeProcessError
+from cluster.connections.kafka_conn import make_admin, make_consumer, start_client
+from cluster.devstack.nodes import NodeProcess, NodeProcessError
+from cluster.settings.config import Settings
 
 JOBS = 40
 SPREAD_S = 8.0

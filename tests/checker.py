@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster import DelayClient, JobStatus, StoreUnavailable
-from cluster.contract import SEQ_DIGITS, member_id, member_seq
-from cluster.envelope import record_of
-from cluster.redis_conn import RedisClient
+from cluster.connections.redis_conn import RedisClient
+from cluster.model.contract import SEQ_DIGITS, member_id, member_seq
+from cluster.model.envelope import record_of
 
 
 @dataclass

@@ -32,14 +32,14 @@ from aiokafka.admin import NewTopic
 
 from actors.node import Node
 from cluster import DelayClient
-from cluster.config import Settings
-from cluster.kafka_conn import make_admin, make_consumer, start_client
-from cluster.keys import KeySpace
-from cluster.redis_conn import RedisClient, open_redis
-from cluster.scripts import Scripts
-from devstack import stack
-from devstack.databases import create_cluster_database, drop_cluster_database
-from devstack.service import ServicesError
+from cluster.connections.kafka_conn import make_admin, make_consumer, start_client
+from cluster.connections.redis_conn import RedisClient, open_redis
+from cluster.devstack import stack
+from cluster.devstack.databases import create_cluster_database, drop_cluster_database
+from cluster.devstack.service import ServicesError
+from cluster.model.keys import KeySpace
+from cluster.scripts.facade import Scripts
+from cluster.settings.config import Settings
 
 TOPIC_PARTITIONS = 3
 SECURE_MODE = os.environ.get("DELAYQ_TEST_SECURE", "")

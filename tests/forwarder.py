@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from devstack.nodes import free_port as free_port  # the tests' import of it
+from cluster.devstack.nodes import free_port as free_port  # the tests' import of it
 
 
 class Forwarder:

@@ -6,9 +6,9 @@ import asyncio
 import time
 from pathlib import Path
 
-from cluster.config import Settings
-from cluster.status import read_status
-from devstack import nodes
+from cluster.devstack import nodes
+from cluster.observe.status import read_status
+from cluster.settings.config import Settings
 
 # Short timeouts so failover happens within a test: a dead node's session expires after
 # 3 s, its jobs in flight come back after 4 s.

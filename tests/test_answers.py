@@ -21,12 +21,12 @@ from cluster import (
     OutcomeUnknown,
     RescheduleResult,
 )
-from cluster.config import Settings
-from cluster.jobs import now_ms
-from cluster.keys import slot_of
-from cluster.redis_conn import RedisClient
-from cluster.scripts import Scripts
-from devstack.nodes import settings_env
+from cluster.connections.redis_conn import RedisClient
+from cluster.devstack.nodes import settings_env
+from cluster.model.jobs import now_ms
+from cluster.model.keys import slot_of
+from cluster.scripts.facade import Scripts
+from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
 from tests.test_dead_letters import make_dead
 
@@ -188,7 +188,7 @@ def test_delayq_cancel_prints_why(settings: Settings) -> None:
 
     def cancel(job_id: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "cluster.cli", "cancel", job_id],
+            [sys.executable, "-m", "cluster.cli.main", "cancel", job_id],
             env=env,
             capture_output=True,
             text=True,

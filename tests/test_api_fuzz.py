@@ -25,9 +25,9 @@ import pytest
 
 from actors.node import Node
 from cluster import DelayClient
-from cluster.config import Settings
+from cluster.settings.config import Settings
+from cluster.web.api import ROUTES
 from tests.test_web import OPERATOR, TOKENS, serving
-from web.api import ROUTES
 
 SEED = os.environ.get("DELAYQ_FUZZ_SEED", "20261124")
 EXAMPLES = os.environ.get("DELAYQ_FUZZ_EXAMPLES", "50")

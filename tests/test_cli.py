@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from cluster import DelayClient
-from cluster.cli import main
-from cluster.config import Settings
-from cluster.scripts import Scripts
+from cluster.cli.main import main
+from cluster.scripts.facade import Scripts
+from cluster.settings.config import Settings
 from tests.test_dead_letters import make_dead
 
 
@@ -27,10 +27,10 @@ def cli_env(settings: Settings) -> dict[str, str]:
 
 
 async def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m cluster.cli ARGS` with no terminal on stdin."""
+    """`python -m cluster.cli.main ARGS` with no terminal on stdin."""
     return await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "cluster.cli", *args],
+        [sys.executable, "-m", "cluster.cli.main", *args],
         env=cli_env(settings),
         stdin=subprocess.DEVNULL,
         capture_output=True,

@@ -20,14 +20,14 @@ from cluster import (
     RescheduleResult,
     sql,
 )
-from cluster.config import Settings
-from cluster.contract import AddCode, member_id
-from cluster.jobs import now_ms, validate_job
-from cluster.keys import slot_of
-from cluster.mysql_store import SchemaError
-from cluster.redis_conn import RedisClient
-from cluster.rows import Outcome
-from cluster.scripts import NewJob
+from cluster.connections.redis_conn import RedisClient
+from cluster.errors import SchemaError
+from cluster.model.contract import AddCode, member_id
+from cluster.model.jobs import now_ms, validate_job
+from cluster.model.keys import slot_of
+from cluster.scripts.facade import NewJob
+from cluster.settings.config import Settings
+from cluster.store.rows import Outcome
 
 
 def new_id() -> str:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from actors.membership import ClusterConfigError, Membership
+from actors.membership import Membership
 from actors.node import Node
 from actors.ownership import HeldSlots
 from cluster import DelayClient, Job
-from cluster.config import Settings
-from cluster.keys import KeySpace
-from cluster.mysql_store import SchemaError
-from cluster.redis_conn import RedisClient
-from cluster.scripts import Scripts
-from cluster.status import read_status, render
+from cluster.connections.redis_conn import RedisClient
+from cluster.errors import ClusterConfigError, SchemaError
+from cluster.model.keys import KeySpace
+from cluster.observe.status import read_status, render
+from cluster.scripts.facade import Scripts
+from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from cluster import DelayClient, Job
-from cluster.config import Settings
-from cluster.status import read_status
+from cluster.observe.status import read_status
+from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
 from tests.processes import NodeProcess, slots_served_by, start_nodes, wait_served
 

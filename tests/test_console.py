@@ -1,7 +1,7 @@
-"""The web console (web/console/) in a real headless browser against the real stack.
+"""The web console (cluster/web/console/) in a real headless browser against the real stack.
 
 Debian's chromium, driven through its chromedriver by selenium (installed with apt-get
-when missing, devstack/browser.py), loads the console from an in-process `delayq web`
+when missing, cluster/devstack/browser.py), loads the console from an in-process `delayq web`
 app (tests/test_web.py's `serving`) over the test's own cluster, with real nodes that
 serve /metrics so the sampler has rates. Selenium's calls block, so they run in a
 thread: the server and the nodes share the test's event loop.
@@ -46,12 +46,12 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from actors.node import Node
 from cluster import DelayClient, JobStatus
-from cluster.config import Settings
-from cluster.tick_ids import tick_job_id
-from devstack.browser import ensure_chromium
-from devstack.databases import create_cluster_database, drop_cluster_database
-from devstack.nodes import free_port
-from devstack.service import ServicesError
+from cluster.devstack.browser import ensure_chromium
+from cluster.devstack.databases import create_cluster_database, drop_cluster_database
+from cluster.devstack.nodes import free_port
+from cluster.devstack.service import ServicesError
+from cluster.model.tick_ids import tick_job_id
+from cluster.settings.config import Settings
 from tests.conftest import wait_for
 from tests.test_web import OPERATOR, PRODUCER, TOKENS, VIEWER, Api, serving
 

@@ -1,4 +1,4 @@
-"""cluster/consumer.py: the Deduplicator's window and bound (pure), and FiredRecords over
+"""cluster/client/consumer.py: the Deduplicator's window and bound (pure), and FiredRecords over
 real Kafka records delivered twice: a copy of a record on the topic, a seek back, the
 next attempt of a job, and a record that is not delayq's."""
 
@@ -14,9 +14,14 @@ from aiokafka.admin import NewTopic
 
 from actors.node import Node
 from cluster import DelayClient
-from cluster.config import Settings
-from cluster.consumer import Deduplicator, FiredRecord, FiredRecords
-from cluster.kafka_conn import connection_options, make_admin, make_consumer, start_client
+from cluster.client.consumer import Deduplicator, FiredRecord, FiredRecords
+from cluster.connections.kafka_conn import (
+    connection_options,
+    make_admin,
+    make_consumer,
+    start_client,
+)
+from cluster.settings.config import Settings
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""The Lua ↔ Python ↔ SQL contract (cluster/contract.py) is defined once and used by
+"""The Lua ↔ Python ↔ SQL contract (cluster/model/contract.py) is defined once and used by
 name: the generated Lua include is current, the schema names every status, and the
 scripts hold no bare codes or hand-sliced members."""
 
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from redis.exceptions import ResponseError
 
-from cluster.contract import (
+from cluster.errors import Fenced
+from cluster.model.contract import (
     SEQ_DIGITS,
     AddCode,
     ChangeCode,
@@ -27,7 +28,7 @@ from cluster.contract import (
     split_member,
     sql_status_comment,
 )
-from cluster.scripts import SCRIPT_NAMES, Fenced, load_source, script_error
+from cluster.scripts.facade import SCRIPT_NAMES, load_source, script_error
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA = ROOT / "lua"

@@ -8,13 +8,13 @@ import subprocess
 import sys
 
 import cluster
-import cluster.client
-import cluster.dead_letters
+import cluster.client.dead_letters
+import cluster.client.delay_client
 from actors.node import Node
 from cluster import DelayClient, JobStatus
-from cluster.config import Settings
-from cluster.keys import slot_of
-from cluster.scripts import ClaimResult, Scripts
+from cluster.model.keys import slot_of
+from cluster.scripts.facade import ClaimResult, Scripts
+from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
 
 
@@ -146,7 +146,7 @@ def test_dead_cli(settings: Settings) -> None:
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "cluster.cli", "dead", *args],
+            [sys.executable, "-m", "cluster.cli.main", "dead", *args],
             env=env,
             capture_output=True,
             text=True,
@@ -163,7 +163,8 @@ def test_dead_cli(settings: Settings) -> None:
 
 
 def test_dead_job_is_one_class_wherever_it_is_imported_from() -> None:
-    assert cluster.DeadJob is cluster.client.DeadJob is cluster.dead_letters.DeadJob
+    client_module = cluster.client.delay_client
+    assert cluster.DeadJob is client_module.DeadJob is cluster.client.dead_letters.DeadJob
 
 
 async def test_a_node_never_publishes_to_a_topic_outside_allowed_topics(

@@ -9,10 +9,10 @@ from collections import Counter
 
 from actors.node import Node
 from cluster import ChangeStatus, DelayClient, Job, JobStatus
-from cluster.config import Settings
-from cluster.keys import KeySpace, slot_of
-from cluster.redis_conn import RedisClient
-from cluster.scripts import ClaimResult, Scripts
+from cluster.connections.redis_conn import RedisClient
+from cluster.model.keys import KeySpace, slot_of
+from cluster.scripts.facade import ClaimResult, Scripts
+from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
 
 

@@ -15,15 +15,15 @@ import aiomysql
 
 from actors.reconciler import load_bound_ms, reconcile
 from cluster import ChangeStatus, DelayClient, JobStatus
-from cluster.config import Settings
-from cluster.contract import NO_TIME
-from cluster.jobs import now_ms
-from cluster.keys import slot_of
-from cluster.redis_conn import RedisClient
-from cluster.rows import Outcome
-from cluster.scripts import Scripts
-from cluster.sql import mysql_connect_args
-from devstack.nodes import free_port, settings_env
+from cluster.connections.redis_conn import RedisClient
+from cluster.devstack.nodes import free_port, settings_env
+from cluster.model.contract import NO_TIME
+from cluster.model.jobs import now_ms
+from cluster.model.keys import slot_of
+from cluster.scripts.facade import Scripts
+from cluster.settings.config import Settings
+from cluster.store.rows import Outcome
+from cluster.store.sql import mysql_connect_args
 from tests.conftest import Collector, wait_for
 from tests.processes import NodeProcess
 from tests.test_answers import claim
@@ -301,7 +301,7 @@ async def test_jobs_whose_nodes_were_down_past_their_expiry_never_arrive(
     assert (await client.cancel(soon)).status == ChangeStatus.EXPIRED  # from MySQL now
     assert await client.expired_jobs(topic="other.topic") == []
     listed = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "expired", "--topic", topic],
+        [sys.executable, "-m", "cluster.cli.main", "expired", "--topic", topic],
         env={**os.environ, **settings_env(settings)},
         capture_output=True,
         text=True,

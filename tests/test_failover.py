@@ -24,10 +24,10 @@ import pytest
 from redis.asyncio import Redis
 
 from cluster import DelayClient
-from cluster.config import Settings
-from cluster.redis_conn import RedisClient
-from devstack import stack
-from devstack.service import HOST
+from cluster.connections.redis_conn import RedisClient
+from cluster.devstack import stack
+from cluster.devstack.service import HOST
+from cluster.settings.config import Settings
 from tests.checker import Ledger, Verdict
 from tests.conftest import Collector
 from tests.processes import NodeProcess

@@ -25,11 +25,11 @@ import pytest
 from actors.failpoints import EXIT_CODE, NAMES
 from actors.node import Node
 from cluster import DelayClient, Job, OutcomeUnknown, RedisStepFailed
-from cluster.config import Settings
-from cluster.contract import member_id
-from cluster.keys import slot_of
-from cluster.redis_conn import RedisClient
-from devstack import stack
+from cluster.connections.redis_conn import RedisClient
+from cluster.devstack import stack
+from cluster.model.contract import member_id
+from cluster.model.keys import slot_of
+from cluster.settings.config import Settings
 from tests.checker import Ledger, Verdict, verdict
 from tests.conftest import Collector, wait_for
 from tests.processes import NodeProcess

@@ -10,9 +10,10 @@ import pytest
 from actors.node import Node
 from actors.reconciler import reconcile
 from cluster import DelayClient, Job, JobStatus
-from cluster.config import ConfigError, Settings
-from cluster.keys import slot_of
-from cluster.redis_conn import RedisClient
+from cluster.connections.redis_conn import RedisClient
+from cluster.errors import ConfigError
+from cluster.model.keys import slot_of
+from cluster.settings.config import Settings
 from tests.conftest import Collector
 
 # Loads every 0.5 s the jobs due within 1 s; a job due >= 2 s ahead skips Redis. The
@@ -26,7 +27,7 @@ def tiered(settings: Settings) -> Settings:
 
 
 async def in_redis(settings: Settings, redis: RedisClient, job_id: str) -> bool:
-    from cluster.keys import KeySpace
+    from cluster.model.keys import KeySpace
 
     keys = KeySpace(settings.key_prefix).slot(slot_of(job_id, settings.slots))
     return bool(await redis.hexists(keys.jobs, job_id))

@@ -1,4 +1,4 @@
-"""The Kafka ingress (ingress/): record parsing, derived ids and error records as pure
+"""The Kafka ingress (cluster/ingress/): record parsing, derived ids and error records as pure
 functions, then against the real local stack: records in → jobs stored and fired,
 malformed records to the error topic beside good ones scheduled, a record read twice is
 one job, a process killed with SIGKILL mid-ingestion loses and duplicates nothing after
@@ -34,15 +34,18 @@ from aiokafka.admin import NewTopic
 
 from actors.node import Node
 from cluster import DelayClient
-from cluster.client import MAX_BATCH
-from cluster.config import ConfigError, Settings
-from cluster.jobs import check_job_id
-from cluster.kafka_conn import connection_options, make_admin, make_consumer, start_client
-from cluster.mysql_store import MySQLStore
-from devstack.nodes import NodeProcess, settings_env
-from ingress.consumer import Ingress, check_settings, error_topic_of
-from ingress.metrics import METRIC_NAMES, IngressMetricsServer
-from ingress.records import (
+from cluster.client.delay_client import MAX_BATCH
+from cluster.connections.kafka_conn import (
+    connection_options,
+    make_admin,
+    make_consumer,
+    start_client,
+)
+from cluster.devstack.nodes import NodeProcess, settings_env
+from cluster.errors import ConfigError
+from cluster.ingress.consumer import Ingress, check_settings, error_topic_of
+from cluster.ingress.metrics import METRIC_NAMES, IngressMetricsServer
+from cluster.ingress.records import (
     Accepted,
     Refused,
     derived_job_id,
@@ -50,6 +53,9 @@ from ingress.records import (
     max_error_value_bytes,
     parse_record,
 )
+from cluster.model.jobs import check_job_id
+from cluster.settings.config import Settings
+from cluster.store.mysql_store import MySQLStore
 from tests.conftest import Collector, wait_for
 from tests.forwarder import Forwarder, free_port
 
@@ -699,7 +705,7 @@ def cli_env(settings: Settings) -> dict[str, str]:
 async def test_delayq_ingress_help_and_a_missing_topic() -> None:
     def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "cluster.cli", *args],
+            [sys.executable, "-m", "cluster.cli.main", *args],
             env=env,
             stdin=subprocess.DEVNULL,
             capture_output=True,

@@ -1,4 +1,4 @@
-"""cluster/kafka_conn.py without a broker: the aiokafka options each security protocol
+"""cluster/connections/kafka_conn.py without a broker: the aiokafka options each security protocol
 gives, the TLS context, and that the SASL password shows up nowhere."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from actors.node import make_producer
-from cluster.config import ConfigError, Settings
-from cluster.kafka_conn import (
+from cluster.connections.kafka_conn import (
     connection_options,
     diagnose,
     hide_password,
@@ -18,7 +17,9 @@ from cluster.kafka_conn import (
     make_consumer,
     ssl_context,
 )
-from devstack.secure import make_ca
+from cluster.devstack.secure import make_ca
+from cluster.errors import ConfigError
+from cluster.settings.config import Settings
 
 PASSWORD = "kafka-pa55word-never-shown"
 

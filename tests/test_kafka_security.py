@@ -1,4 +1,4 @@
-"""Kafka TLS and SASL end to end, through cluster/kafka_conn.py, against real brokers.
+"""Kafka TLS and SASL end to end, through cluster/connections/kafka_conn.py, against real brokers.
 
 TLS: the secure local stack (`delayq services up --secure`), whose Kafka is Tansu behind
 a TLS front (stunnel) on 127.0.0.1:19093, security_protocol SSL.
@@ -28,15 +28,11 @@ from aiokafka import TopicPartition
 from aiokafka.admin import NewTopic
 
 from actors.node import Node, make_producer
-from cluster.config import Settings
-from cluster.kafka_conn import (
-    KafkaAccessError,
-    make_admin,
-    make_consumer,
-    start_client,
-)
-from devstack import tansu
-from devstack.secure import make_ca, make_server_cert
+from cluster.connections.kafka_conn import make_admin, make_consumer, start_client
+from cluster.devstack import tansu
+from cluster.devstack.secure import make_ca, make_server_cert
+from cluster.errors import KafkaAccessError
+from cluster.settings.config import Settings
 from tests.conftest import Collector
 from tests.forwarder import free_port
 
@@ -255,7 +251,7 @@ async def test_the_node_reports_a_sasl_refusal_in_one_line(
 async def test_the_topic_fixture_and_collector_use_the_settings(
     settings: Settings, topic: str
 ) -> None:
-    """tests/conftest.py makes its Kafka clients through cluster/kafka_conn.py too."""
+    """tests/conftest.py makes its Kafka clients through cluster/connections/kafka_conn.py too."""
     producer = make_producer(settings)
     try:
         await start_client(producer, settings)

@@ -14,13 +14,14 @@ from actors.filler import Filler
 from actors.node import Node
 from actors.ownership import StaticOwnership
 from cluster import DelayClient, Job, JobStatus
-from cluster.config import ConfigError, Settings
-from cluster.contract import SEQ_DIGITS, AddCode, ChangeCode, member_of
-from cluster.envelope import fire_of, is_lean, make_tail, with_tail
-from cluster.jobs import now_ms
-from cluster.keys import KeySpace, slot_of
-from cluster.redis_conn import RedisClient
-from cluster.scripts import Fenced, NewJob, Scripts
+from cluster.connections.redis_conn import RedisClient
+from cluster.errors import ConfigError, Fenced
+from cluster.model.contract import SEQ_DIGITS, AddCode, ChangeCode, member_of
+from cluster.model.envelope import fire_of, is_lean, make_tail, with_tail
+from cluster.model.jobs import now_ms
+from cluster.model.keys import KeySpace, slot_of
+from cluster.scripts.facade import NewJob, Scripts
+from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
 
 SLOT = 5

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from redis.exceptions import ResponseError
 
-from cluster.config import Settings
-from cluster.contract import (
+from cluster.connections.redis_conn import RedisClient, connect_subscriber
+from cluster.errors import Fenced, SlotFailed, SlotsFailed
+from cluster.model.contract import (
     NO_TIME,
     SEQ_DIGITS,
     AddCode,
@@ -21,11 +22,11 @@ from cluster.contract import (
     member_seq,
     seq_hex,
 )
-from cluster.envelope import fire_of, make_tail
-from cluster.jobs import now_ms
-from cluster.keys import KeySpace
-from cluster.redis_conn import RedisClient, connect_subscriber
-from cluster.scripts import ClaimResult, Fenced, NewJob, Scripts, SlotFailed, SlotsFailed
+from cluster.model.envelope import fire_of, make_tail
+from cluster.model.jobs import now_ms
+from cluster.model.keys import KeySpace
+from cluster.scripts.facade import ClaimResult, NewJob, Scripts
+from cluster.settings.config import Settings
 
 SLOT = 3
 HOUR_MS = 3600_000

@@ -1,4 +1,4 @@
-"""Versioned schema migrations (cluster/migrations.py) against the real MariaDB: each
+"""Versioned schema migrations (cluster/store/migrations.py) against the real MariaDB: each
 test migrates a database of its own, with extra migration files in a temporary folder."""
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from cluster.config import Settings
-from cluster.migrations import SchemaError, check_schema, load_migrations
-from cluster.mysql_store import MySQLStore
-from devstack.databases import create_cluster_database, drop_cluster_database
+from cluster.devstack.databases import create_cluster_database, drop_cluster_database
+from cluster.errors import SchemaError
+from cluster.settings.config import Settings
+from cluster.store.migrations import check_schema, load_migrations
+from cluster.store.mysql_store import MySQLStore
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRST = "001_jobs.sql"
@@ -285,7 +286,7 @@ async def test_db_migrate_command_reports_what_it_did(new_database: NewDatabase)
 
     def db_migrate() -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "cluster.cli", "db", "migrate"],
+            [sys.executable, "-m", "cluster.cli.main", "db", "migrate"],
             env=env,
             capture_output=True,
             text=True,

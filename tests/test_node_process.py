@@ -1,6 +1,6 @@
 """Real `delayq node` processes stopped with SIGTERM or killed with SIGKILL mid-run:
 after a restart every job fires; a clean stop also fires none twice. And the node-process
-helper (devstack/nodes.py): ready by the node's ready file whatever the log level, and
+helper (cluster/devstack/nodes.py): ready by the node's ready file whatever the log level, and
 failing with the node's log when it exits while starting."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from cluster import DelayClient, Job
-from cluster.config import Settings
-from devstack import nodes
+from cluster.devstack import nodes
+from cluster.settings.config import Settings
 from tests.conftest import Collector
 from tests.processes import NodeProcess
 

@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 from urllib.parse import urlparse
 
-from cluster.config import Settings
+from cluster.settings.config import Settings
 from tests.forwarder import forwarder, free_port
 from tests.processes import NodeProcess
 

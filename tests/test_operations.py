@@ -18,10 +18,10 @@ import orjson
 import pytest
 
 from cluster import DelayClient, Job
-from cluster.config import Settings
-from devstack import stack
-from devstack.nodes import settings_env
-from devstack.prometheus import PrometheusServer
+from cluster.devstack import stack
+from cluster.devstack.nodes import settings_env
+from cluster.devstack.prometheus import PrometheusServer
+from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
 from tests.forwarder import free_port
 from tests.processes import NodeProcess, wait_served
@@ -66,7 +66,7 @@ def check(settings: Settings, port: int, which: str) -> subprocess.CompletedProc
     """`delayq node --check WHICH` with the node's settings, as a probe would run it."""
     env = {**os.environ, **settings_env(settings), **metrics_env(port)}
     return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "node", "--check", which],
+        [sys.executable, "-m", "cluster.cli.main", "node", "--check", which],
         env=env,
         capture_output=True,
         text=True,

@@ -30,7 +30,7 @@ import pytest
 
 from actors.histogram import LATENESS_BUCKETS_S, Histograms
 from actors.metrics import METRIC_NAMES
-from devstack.packages import ensure_prometheus, find_program
+from cluster.devstack.packages import ensure_prometheus, find_program
 
 yaml: Any
 try:  # not a dependency of delayq: without it the tests read the text

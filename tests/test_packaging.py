@@ -45,9 +45,9 @@ def test_the_wheel_ships_every_lua_and_sql_file(tmp_path: Path) -> None:
     shipped = set(zipfile.ZipFile(wheel).namelist())
     wanted = {
         str(path.relative_to(ROOT))
-        for pattern in ("lua/**/*.lua", "schema/*.sql", "web/console/*")
+        for pattern in ("lua/**/*.lua", "schema/*.sql", "cluster/web/console/*")
         for path in ROOT.glob(pattern)
     }
     assert wanted, "no Lua or SQL files found in the source tree"
-    assert "web/console/index.html" in wanted
+    assert "cluster/web/console/index.html" in wanted
     assert wanted - shipped == set()

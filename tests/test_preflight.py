@@ -8,9 +8,10 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from actors.node import Node
-from actors.preflight import UnsafeConfig, check_redis
-from cluster.config import Settings
-from cluster.redis_conn import RedisClient
+from actors.preflight import check_redis
+from cluster.connections.redis_conn import RedisClient
+from cluster.errors import UnsafeConfig
+from cluster.settings.config import Settings
 
 
 async def set_everywhere(redis: RedisClient, name: str, value: str) -> None:

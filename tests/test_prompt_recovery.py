@@ -14,10 +14,11 @@ import pytest
 from actors.node import Node
 from actors.reconciler import load_bound_ms, reconcile_recent, redis_identity
 from cluster import DelayClient, Job, JobStatus
-from cluster.config import ConfigError, Settings
-from cluster.contract import member_id
-from cluster.keys import KeySpace, slot_of
-from cluster.redis_conn import RedisClient
+from cluster.connections.redis_conn import RedisClient
+from cluster.errors import ConfigError
+from cluster.model.contract import member_id
+from cluster.model.keys import KeySpace, slot_of
+from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
 from tests.forwarder import forwarder, free_port
 

@@ -13,7 +13,7 @@ import pytest
 from aiokafka.errors import UnknownTopicOrPartitionError
 
 from actors.publisher import Publisher
-from cluster.envelope import Fire, murmur2
+from cluster.model.envelope import Fire, murmur2
 
 
 class Batch:

@@ -7,9 +7,9 @@ import asyncio
 from actors.node import Node
 from actors.reconciler import reconcile
 from cluster import DelayClient, Job, JobStatus
-from cluster.config import Settings
-from cluster.keys import slot_of
-from cluster.redis_conn import RedisClient
+from cluster.connections.redis_conn import RedisClient
+from cluster.model.keys import slot_of
+from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
 
 

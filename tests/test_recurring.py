@@ -14,12 +14,12 @@ from actors.node import Node
 from actors.ownership import HeldSlots
 from actors.recurring import RecurringTicks
 from cluster import DelayClient, InvalidJob
-from cluster.config import Settings
-from cluster.contract import JobStatus
-from cluster.keys import slot_of
-from cluster.recurring import describe
-from cluster.scripts import Scripts
-from cluster.tick_ids import tick_job_id
+from cluster.client.recurring import describe
+from cluster.model.contract import JobStatus
+from cluster.model.keys import slot_of
+from cluster.model.tick_ids import tick_job_id
+from cluster.scripts.facade import Scripts
+from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
 from tests.test_cli import cli
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from cluster import DelayClient
-from cluster.config import Settings
-from cluster.jobs import now_ms
-from cluster.keys import slot_of
-from cluster.tick_ids import tick_job_id
+from cluster.model.jobs import now_ms
+from cluster.model.keys import slot_of
+from cluster.model.tick_ids import tick_job_id
+from cluster.settings.config import Settings
 from tests.conftest import Collector
 from tests.processes import FAST_FAILOVER, NodeProcess, slots_served_by, wait_served
 

@@ -13,9 +13,10 @@ import redis.asyncio.connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cluster import ChangeStatus, DelayClient, JobStatus, ReplicationUnconfirmed
-from cluster.config import ConfigError, Settings, redact_url
-from cluster.redis_conn import open_redis, seed_nodes, split_seeds
-from cluster.script_runner import driver_errors
+from cluster.connections.redis_conn import open_redis, seed_nodes, split_seeds
+from cluster.errors import ConfigError
+from cluster.scripts.runner import driver_errors
+from cluster.settings.config import Settings, redact_url
 
 CLUSTER = os.environ.get("DELAYQ_TEST_REDIS_CLUSTER") == "1" or (
     os.environ.get("DELAYQ_TEST_REDIS_REPLICAS") == "1"

@@ -1,4 +1,4 @@
-"""Retention (cluster/retention.py, actors/retention.py, `delayq db prune`): exactly the
+"""Retention (cluster/store/retention.py, actors/retention.py, `delayq db prune`): exactly the
 old fired, cancelled and expired jobs and their history go; pending, retrying, dead and young
 ones stay, whatever asks: a node for its own slots, or the command for all."""
 
@@ -18,13 +18,13 @@ import pytest
 from actors.ownership import HeldSlots
 from actors.retention import Retention
 from cluster import DelayClient, Job
-from cluster.config import Settings
-from cluster.contract import JobStatus
-from cluster.keys import slot_of
-from cluster.mysql_store import MySQLStore
-from cluster.retention import prune, prune_batches
-from cluster.rows import Outcome
-from devstack.nodes import settings_env
+from cluster.devstack.nodes import settings_env
+from cluster.model.contract import JobStatus
+from cluster.model.keys import slot_of
+from cluster.settings.config import Settings
+from cluster.store.mysql_store import MySQLStore
+from cluster.store.retention import prune, prune_batches
+from cluster.store.rows import Outcome
 from tests.forwarder import Forwarder, free_port
 from tests.test_supervisor import until
 
@@ -329,7 +329,7 @@ def db_command(settings: Settings, *args: str) -> subprocess.CompletedProcess[st
     """`delayq db ARGS` in a subprocess, with settings as DELAYQ_* variables (the
     stack's, from `delayq services env`, with this test's own database)."""
     return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "db", *args],
+        [sys.executable, "-m", "cluster.cli.main", "db", *args],
         env={**os.environ, **settings_env(settings)},
         stdin=subprocess.DEVNULL,
         capture_output=True,

@@ -18,14 +18,14 @@ from redis.exceptions import NoPermissionError
 from actors.node import Node
 from actors.preflight import check_redis
 from cluster import DelayClient
-from cluster.config import ConfigError, Settings
-from cluster.mysql_store import MySQLStore
-from cluster.redis_conn import connect_subscriber, open_redis
-from cluster.security import StoreAccessError
-from cluster.sql import parse_mysql_url
-from devstack import stack
-from devstack.databases import create_cluster_database, drop_cluster_database
-from devstack.secure import make_ca
+from cluster.connections.redis_conn import connect_subscriber, open_redis
+from cluster.devstack import stack
+from cluster.devstack.databases import create_cluster_database, drop_cluster_database
+from cluster.devstack.secure import make_ca
+from cluster.errors import ConfigError, StoreAccessError
+from cluster.settings.config import Settings
+from cluster.store.mysql_store import MySQLStore
+from cluster.store.sql import parse_mysql_url
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from actors.supervisor import Supervisor, SupervisorGaveUp
+from actors.supervisor import Supervisor
+from cluster.errors import SupervisorGaveUp
 
 
 class Flaky:

@@ -1,6 +1,6 @@
-"""When recurring schedules tick (cluster/ticks.py), how their definitions are checked
-(cluster/recurring.py) and how a tick's job id and record look (cluster/tick_ids.py,
-cluster/envelope.py): pure unit tests, no services."""
+"""When recurring schedules tick (cluster/model/ticks.py), how their definitions are checked
+(cluster/client/recurring.py) and how a tick's job id and record look (cluster/model/tick_ids.py,
+cluster/model/envelope.py): pure unit tests, no services."""
 
 from __future__ import annotations
 
@@ -12,14 +12,15 @@ from zoneinfo import ZoneInfo
 import orjson
 import pytest
 
-from cluster.config import Settings
-from cluster.contract import JobStatus
-from cluster.envelope import fire_of, make_tail
-from cluster.jobs import InvalidJob, Job, check_own_job_id, validate_job
-from cluster.recurring import validate_recurring
-from cluster.rows import JobRecord
-from cluster.tick_ids import parse_tick_id, tick_job_id
-from cluster.ticks import MISSED_COUNT_LIMIT, Cadence, Missed, plan
+from cluster.client.recurring import validate_recurring
+from cluster.errors import InvalidJob
+from cluster.model.contract import JobStatus
+from cluster.model.envelope import fire_of, make_tail
+from cluster.model.jobs import Job, check_own_job_id, validate_job
+from cluster.model.tick_ids import parse_tick_id, tick_job_id
+from cluster.model.ticks import MISSED_COUNT_LIMIT, Cadence, Missed, plan
+from cluster.settings.config import Settings
+from cluster.store.rows import JobRecord
 
 BERLIN = ZoneInfo("Europe/Berlin")
 SETTINGS = Settings()

@@ -1,4 +1,4 @@
-"""`delayq top` (cluster/top.py): the rates and quantiles it computes from two scrapes
+"""`delayq top` (cluster/cli/top.py): the rates and quantiles it computes from two scrapes
 of real prometheus-client output, the snapshot of several members, and the command
 against a real node (`--once`, `--once --json`, and the live view ended by Ctrl-C)."""
 
@@ -21,9 +21,7 @@ from rich.console import Console
 
 from actors.histogram import LATENESS_BUCKETS_S
 from cluster import DelayClient, Job
-from cluster.config import Settings
-from cluster.status import ClusterStatus, SlotStatus
-from cluster.top import (
+from cluster.cli.top import (
     Scrape,
     bucket_increase,
     build_snapshot,
@@ -33,7 +31,9 @@ from cluster.top import (
     quantile,
     render,
 )
-from devstack.nodes import settings_env
+from cluster.devstack.nodes import settings_env
+from cluster.observe.status import ClusterStatus, SlotStatus
+from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
 from tests.forwarder import free_port
 from tests.processes import NodeProcess
@@ -151,7 +151,7 @@ def top_env(settings: Settings) -> dict[str, str]:
 def top(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     env = top_env(settings)
     return subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "top", "--once", "--interval", "1", *args],
+        [sys.executable, "-m", "cluster.cli.main", "top", "--once", "--interval", "1", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -204,7 +204,7 @@ def live_top_until_ctrl_c(settings: Settings, expected: str) -> str:
     screen shows `expected`, then press Ctrl-C; what it printed. It must exit 0."""
     controller, terminal = pty.openpty()
     process = subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", "top", "--interval", "0.5"],
+        [sys.executable, "-m", "cluster.cli.main", "top", "--interval", "0.5"],
         env=top_env(settings),
         stdin=terminal,
         stdout=terminal,
@@ -245,7 +245,7 @@ def live_top_until_ctrl_c(settings: Settings, expected: str) -> str:
 
 def test_top_refuses_bad_arguments(settings: Settings) -> None:
     bad = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "top", "--json"],
+        [sys.executable, "-m", "cluster.cli.main", "top", "--json"],
         env={**os.environ, **settings_env(settings)},
         capture_output=True,
         text=True,

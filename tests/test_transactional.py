@@ -18,11 +18,10 @@ import pytest
 
 from actors.node import Node
 from cluster import DelayClient
-from cluster.client import StoreMismatch
-from cluster.config import Settings
-from cluster.jobs import InvalidJob
-from cluster.sql import mysql_connect_args
-from devstack.nodes import settings_env
+from cluster.devstack.nodes import settings_env
+from cluster.errors import InvalidJob, StoreMismatch
+from cluster.settings.config import Settings
+from cluster.store.sql import mysql_connect_args
 from tests.conftest import Collector, wait_for
 from tests.processes import NodeProcess, wait_served
 
@@ -119,8 +118,8 @@ PRODUCER = textwrap.dedent(
     import asyncio, os, signal, sys
     import aiomysql
     from cluster import DelayClient
-    from cluster.config import Settings
-    from cluster.sql import mysql_connect_args
+    from cluster.settings.config import Settings
+    from cluster.store.sql import mysql_connect_args
 
     async def main():
         settings = Settings.from_env()

@@ -16,11 +16,12 @@ from actors.ownership import StaticOwnership
 from actors.queues import SlotQueue
 from actors.recorder import parse_entry
 from actors.scanner import SlotScanner
-from cluster.config import ConfigError, Settings
-from cluster.contract import NO_TIME, JobStatus
-from cluster.envelope import fire_of, make_tail, murmur2, partition_of, record_of
-from cluster.jobs import InvalidJob, check_topic, new_job_id
-from cluster.keys import KeySpace, shard_of, slot_of
+from cluster.errors import ConfigError, InvalidJob
+from cluster.model.contract import NO_TIME, JobStatus
+from cluster.model.envelope import fire_of, make_tail, murmur2, partition_of, record_of
+from cluster.model.jobs import check_topic, new_job_id
+from cluster.model.keys import KeySpace, shard_of, slot_of
+from cluster.settings.config import Settings
 
 # ----- config -------------------------------------------------------------------------------
 
@@ -215,7 +216,7 @@ def test_batch_histograms_match_prometheus_buckets() -> None:
 def test_json_log_lines() -> None:
     import logging
 
-    from cluster.logs import JsonFormatter
+    from cluster.settings.logs import JsonFormatter
 
     record = logging.LogRecord(
         "actors.x", logging.WARNING, __file__, 1, "slot %d: %s", (7, "x"), None

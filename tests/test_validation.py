@@ -9,8 +9,9 @@ from types import MappingProxyType
 import orjson
 import pytest
 
-from cluster.config import Settings
-from cluster.jobs import InvalidJob, Job, validate, validate_job
+from cluster.errors import InvalidJob
+from cluster.model.jobs import Job, validate, validate_job
+from cluster.settings.config import Settings
 
 SETTINGS = Settings(payload_max_bytes=1000, max_delay_s=3600.0)
 NOW = 1_800_000_000_000
@@ -255,7 +256,8 @@ def test_allowed_topics_empty_allows_any_valid_topic() -> None:
 
 
 def test_payload_max_bytes_must_fit_a_record_of_kafka_max_batch_bytes() -> None:
-    from cluster.config import RECORD_OVERHEAD_BYTES, ConfigError
+    from cluster.errors import ConfigError
+    from cluster.settings.config import RECORD_OVERHEAD_BYTES
 
     Settings(kafka_max_batch_bytes=100_000, payload_max_bytes=100_000 - RECORD_OVERHEAD_BYTES)
     with pytest.raises(ConfigError, match=r"payload_max_bytes .* kafka_max_batch_bytes"):
@@ -266,7 +268,7 @@ def test_payload_max_bytes_must_fit_a_record_of_kafka_max_batch_bytes() -> None:
 
 @pytest.mark.parametrize("allowed", [",", "orders.*,,x", " , "])
 def test_allowed_topics_with_an_empty_pattern_is_refused(allowed: str) -> None:
-    from cluster.config import ConfigError
+    from cluster.errors import ConfigError
 
     with pytest.raises(ConfigError, match="allowed_topics"):
         Settings(allowed_topics=allowed)

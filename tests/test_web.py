@@ -25,23 +25,23 @@ from aiohttp import web
 
 from actors.node import Node
 from cluster import DelayClient, JobStatus
-from cluster.client import OutcomeUnknown
-from cluster.config import ConfigError, Settings
-from cluster.jobs import now_ms
-from cluster.keys import slot_of
-from cluster.rows import Outcome
-from cluster.scripts import Scripts
-from devstack.nodes import settings_env
+from cluster.devstack.nodes import settings_env
+from cluster.errors import ConfigError, OutcomeUnknown
+from cluster.model.jobs import now_ms
+from cluster.model.keys import slot_of
+from cluster.scripts.facade import Scripts
+from cluster.settings.config import Settings
+from cluster.store.rows import Outcome
+from cluster.web.api import ROUTES, problems_middleware
+from cluster.web.auth import Tokens, parse_tokens
+from cluster.web.openapi import openapi_document
+from cluster.web.server import API, check_exposure, make_app
+from cluster.web.stats import StatsSampler
 from tests.conftest import Collector, wait_for
 from tests.forwarder import forwarder, free_port
 from tests.test_client import snapshot
 from tests.test_dead_letters import make_dead
 from tests.test_expiry import claim_all
-from web.api import ROUTES, problems_middleware
-from web.auth import Tokens, parse_tokens
-from web.openapi import openapi_document
-from web.server import API, check_exposure, make_app
-from web.stats import StatsSampler
 
 PRODUCER = "producer-token-0123456789"
 OPERATOR = "operator-token-0123456789"
@@ -684,7 +684,7 @@ def test_the_document_has_every_route_and_only_those(settings: Settings) -> None
 async def test_delayq_web_process_with_tls_and_tokens(
     settings: Settings, topic: str, collector: Collector, tmp_path: Path
 ) -> None:
-    from devstack.secure import make_ca, make_server_cert
+    from cluster.devstack.secure import make_ca, make_server_cert
 
     ca_cert, ca_key = make_ca(tmp_path, "test-ca")
     cert, key = tmp_path / "web.pem", tmp_path / "web.key"
@@ -699,7 +699,7 @@ async def test_delayq_web_process_with_tls_and_tokens(
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "cluster.cli",
+        "cluster.cli.main",
         "web",
         "--host",
         "127.0.0.1",
@@ -743,7 +743,7 @@ async def test_delayq_web_process_with_tls_and_tokens(
 def test_delayq_web_refuses_to_serve_everyone_without_tokens(settings: Settings) -> None:
     env = {**os.environ, **settings_env(settings), "DELAYQ_WEB_TOKENS": ""}
     done = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "web", "--host", "0.0.0.0", "--port", "0"],
+        [sys.executable, "-m", "cluster.cli.main", "web", "--host", "0.0.0.0", "--port", "0"],
         env=env,
         capture_output=True,
         text=True,

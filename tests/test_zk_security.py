@@ -1,4 +1,4 @@
-"""ZooKeeper digest authentication and ACLs (cluster/zk_conn.py), against the real local
+"""ZooKeeper digest authentication and ACLs (cluster/connections/zk_conn.py), against the real local
 ZooKeeper: each test uses a zk_root of its own, so its protected znodes bother no other."""
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from aiozk import ZKClient, exc, protocol
 from aiozk.states import States
 
 from actors.node import Node
-from cluster.config import ConfigError, Settings
-from cluster.redis_conn import RedisClient
-from cluster.status import read_status
-from cluster.zk_conn import ZooKeeperAccessError, digest_id, open_zk, znode_acl
+from cluster.connections.redis_conn import RedisClient
+from cluster.connections.zk_conn import digest_id, open_zk, znode_acl
+from cluster.errors import ConfigError, ZooKeeperAccessError
+from cluster.observe.status import read_status
+from cluster.settings.config import Settings
 from tests.conftest import wait_for
 from tests.forwarder import Forwarder, free_port
 from tests.test_cluster import joining_member

@@ -1,5 +1,5 @@
 -- The numbers the scripts share with Python and SQL, pulled into a script by the
--- line "--@include contract". Generated from cluster/contract.py by
+-- line "--@include contract". Generated from cluster/model/contract.py by
 --   make contract
 -- do not edit by hand (tests/test_contract.py compares the two).
 

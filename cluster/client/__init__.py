@@ -1,0 +1,13 @@
+"""The producer API: ``DelayClient`` (schedule, schedule_many, schedule_in, cancel,
+reschedule, get), recurring schedules, dead letters, the JSON form of jobs, and the
+helpers downstream consumers use. ``from cluster import DelayClient`` is its front door.
+
+May import: cluster.errors, cluster.settings, cluster.connections, cluster.model,
+cluster.store, cluster.scripts.
+
+- ``delay_client``: ``DelayClient``
+- ``recurring``: recurring schedules (``RecurringSchedule``)
+- ``dead_letters``: dead letters: list, replay, purge (``DeadJob``)
+- ``job_json``: jobs, records and dead letters as JSON
+- ``consumer``: ``FiredRecords`` and ``Deduplicator`` for consumers of fired jobs
+"""

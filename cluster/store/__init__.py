@@ -1,0 +1,12 @@
+"""The MySQL store: every job's durable record, its history, the outbox, recurring
+schedules, retention, and the versioned migrations (schema/, shipped as cluster.schema).
+
+May import: cluster.errors, cluster.settings, cluster.model.
+
+- ``mysql_store``: ``MySQLStore``, the job table's reads and writes across shards
+- ``sql``: connection URLs, time conversions, statements built as text, overlapped runs
+- ``rows``: a job row as a ``JobRecord``
+- ``migrations``: applying and checking schema/
+- ``recurring_store``: recurring schedules' rows and cursors
+- ``retention``: deleting finished jobs past their retention
+"""

@@ -1,0 +1,346 @@
+"""Versioned schema migrations of the job shards, and the schema check of nodes and
+producers on open.
+
+A migration is a file ``schema/NNN_name.sql`` (package data; NNN is its version, 001,
+002, … without gaps). `delayq db migrate` applies, in version order, every migration the
+database has not recorded, to every shard: each statement of the file (statements end
+with ``;`` at the end of a line) runs once per shard with ``{jobs}``, ``{history}``,
+``{outbox}`` and ``{recurring}`` replaced by that shard's fully qualified table names.
+To change the schema, add the next numbered file; never edit one that has been applied.
+Nodes of the previous release keep running on the migrated schema during an upgrade,
+so a migration adds (columns, indexes) and does not take away what that release uses.
+
+The cluster's main database holds two tables besides the shards:
+
+- ``delayq_meta``: the shard layout (databases, tables, key_prefix, slots), fixed by the
+  first migrate, and ``schema_version``, the highest applied version (older delayq
+  releases read it).
+- ``delayq_migrations``: one row per migration (version, name, checksum, shards_done,
+  applied_at). A migration is applied once ``applied_at`` is set, after it ran on every
+  shard. ``shards_done`` counts the shards, in layout order, that it ran on, so that a
+  rerun after a failure continues with the shard that failed instead of repeating DDL
+  that MySQL cannot roll back.
+
+The checksum is the SHA-256 of a file's statements with comment lines left out, so the
+explanation in ``--`` lines can be edited. `migrate` refuses (applying nothing) when an
+applied migration's statements changed, naming the file; nodes and producers only check
+that every migration they know is applied. A database migrated before migrations were
+versioned (``delayq_meta`` with ``schema_version``, no recorded migration) is adopted: its
+versions 1..schema_version are recorded as applied without running them again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import importlib.resources
+import re
+import warnings
+from dataclasses import dataclass, field
+from importlib.resources.abc import Traversable
+from typing import TYPE_CHECKING, Any
+
+import aiomysql
+import pymysql
+
+from cluster.errors import SchemaError
+from cluster.settings.config import Settings
+
+if TYPE_CHECKING:
+    from cluster.store.mysql_store import MySQLStore
+
+MIGRATION_NAME = re.compile(r"(\d{3})_([a-z0-9_]+)\.sql")
+# A statement ends with ";" at the end of a line (as in every schema file so far).
+_STATEMENT_END = re.compile(r";[ \t]*(?:\r?\n|\Z)")
+LOCK_WAIT_S = 60
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema/NNN_name.sql file."""
+
+    version: int
+    name: str
+    statements: tuple[str, ...]
+    checksum: str
+
+    def for_shard(self, jobs: str, history: str, outbox: str, recurring: str) -> list[str]:
+        # str.replace rather than str.format: a statement may hold braces of its own.
+        return [
+            s.replace("{jobs}", jobs)
+            .replace("{history}", history)
+            .replace("{outbox}", outbox)
+            .replace("{recurring}", recurring)
+            for s in self.statements
+        ]
+
+
+def parse_migration(version: int, name: str, text: str) -> Migration:
+    statements = tuple(
+        s.strip()
+        for s in _STATEMENT_END.split(text)
+        if not all(line.lstrip().startswith("--") for line in s.strip().splitlines())
+    )
+    if not statements:
+        raise SchemaError(f"migration {name} holds no SQL statement")
+    code = ";\n".join(
+        "\n".join(line.rstrip() for line in s.splitlines() if not line.lstrip().startswith("--"))
+        for s in statements
+    )
+    return Migration(version, name, statements, hashlib.sha256(code.encode()).hexdigest())
+
+
+def load_migrations(directory: Traversable | None = None) -> list[Migration]:
+    """The migrations of a directory (default: the packaged schema/), in version order."""
+    if directory is None:
+        return _packaged()
+    found: list[Migration] = []
+    for entry in directory.iterdir():
+        if not entry.name.endswith(".sql"):
+            continue
+        match = MIGRATION_NAME.fullmatch(entry.name)
+        if match is None:
+            raise SchemaError(
+                f"{entry.name}: a migration file is named NNN_name.sql (three digits, then "
+                "lowercase letters, digits and underscores)"
+            )
+        text = entry.read_text(encoding="utf-8")
+        found.append(parse_migration(int(match[1]), entry.name, text))
+    found.sort(key=lambda m: m.version)
+    if [m.version for m in found] != list(range(1, len(found) + 1)) or not found:
+        raise SchemaError(
+            "migration versions must run 001, 002, … without gaps or repeats; found "
+            f"{[m.name for m in found]} in {directory}"
+        )
+    return found
+
+
+@functools.cache
+def _packaged() -> list[Migration]:
+    # Read once per process: every DelayClient.open() checks the schema against them.
+    return load_migrations(importlib.resources.files("cluster.schema"))
+
+
+@dataclass
+class MigrationReport:
+    """What one migrate did."""
+
+    applied: list[str] = field(default_factory=list)  # files run by this migrate
+    adopted: list[str] = field(default_factory=list)  # recorded without running them
+    versions: int = 0  # migrations this delayq knows, all applied now
+    shards: int = 0  # job tables each migration runs on
+    newer: list[int] = field(default_factory=list)  # recorded versions this delayq lacks
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Record:
+    name: str
+    checksum: str
+    shards_done: int
+    applied: bool
+
+
+def layout_of(settings: Settings) -> dict[str, str]:
+    """The delayq_meta entries fixed for the life of a deployment."""
+    return {
+        "databases": str(settings.mysql_databases),
+        "tables": str(settings.mysql_tables),
+        "key_prefix": settings.key_prefix,
+        "slots": str(settings.slots),
+    }
+
+
+async def read_meta(cur: Any, database: str) -> dict[str, str]:
+    await cur.execute(f"SELECT name, value FROM `{database}`.delayq_meta")
+    return {name: value for name, value in await cur.fetchall()}
+
+
+async def apply_migrations(
+    store: MySQLStore, directory: Traversable | None = None
+) -> MigrationReport:
+    """Create the shard databases and apply the migrations not yet applied to every
+    shard, in order; record the layout. Running it again applies nothing."""
+    migrations = load_migrations(directory)
+    lock = f"delayq_migrate:{store.database}"[:64]
+    with warnings.catch_warnings():
+        # "IF NOT EXISTS" on an existing database or table is a MySQL warning.
+        warnings.simplefilter("ignore", pymysql.Warning)
+        async with store.pool.acquire() as conn, conn.cursor() as cur:
+            # Two migrates at once would run the same DDL twice.
+            await cur.execute("SELECT GET_LOCK(%s, %s)", (lock, LOCK_WAIT_S))
+            if (await cur.fetchone())[0] != 1:
+                raise SchemaError(f"another `delayq db migrate` of {store.database!r} is running")
+            try:
+                return await _migrate(store, cur, migrations)
+            finally:
+                with contextlib.suppress(pymysql.MySQLError):
+                    await cur.execute("SELECT RELEASE_LOCK(%s)", (lock,))
+
+
+async def _migrate(store: MySQLStore, cur: Any, migrations: list[Migration]) -> MigrationReport:
+    main = f"`{store.database}`"
+    await cur.execute(
+        f"CREATE TABLE IF NOT EXISTS {main}.delayq_meta ("
+        " name VARCHAR(64) NOT NULL PRIMARY KEY, value VARCHAR(255) NOT NULL)"
+    )
+    await cur.execute(
+        f"CREATE TABLE IF NOT EXISTS {main}.delayq_migrations ("
+        " version INT UNSIGNED NOT NULL PRIMARY KEY,"
+        " name VARCHAR(255) NOT NULL COMMENT 'file name',"
+        " checksum CHAR(64) NOT NULL COMMENT 'SHA-256 of its statements, comment lines left out',"
+        " shards_done INT UNSIGNED NOT NULL COMMENT 'shards, in layout order, it ran on',"
+        " applied_at DATETIME(3) NULL COMMENT 'when it had run on every shard; NULL until then'"
+        ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+    )
+    meta = await read_meta(cur, store.database)
+    wanted = layout_of(store.settings)
+    if meta and {k: meta.get(k, wanted[k]) for k in wanted} != wanted:
+        raise SchemaError(
+            f"database is laid out as {meta}, settings ask for {wanted}; the "
+            "shard layout and key prefix of an existing deployment cannot change"
+        )
+    shards = store.all_shards()
+    report = MigrationReport(shards=len(shards))
+    records = await _read_records(cur, store.database)
+    if not records and meta.get("schema_version"):
+        # Migrated before migrations were versioned: what it ran is what it recorded.
+        for migration in migrations[: int(meta["schema_version"])]:
+            await _record(cur, main, migration, len(shards), applied=True)
+            records[migration.version] = _Record(
+                migration.name, migration.checksum, len(shards), applied=True
+            )
+            report.adopted.append(migration.name)
+    _check_checksums(store.database, migrations, records, report)
+    # The layout is fixed from here on, before any table exists: shards_done relies on it.
+    for name, value in wanted.items():
+        await cur.execute(
+            f"REPLACE INTO {main}.delayq_meta (name, value) VALUES (%s, %s)", (name, value)
+        )
+    for d in range(store.settings.mysql_databases):
+        await cur.execute(f"CREATE DATABASE IF NOT EXISTS `{store.database_name(d)}`")
+    for migration in migrations:
+        record = records.get(migration.version)
+        if record is not None and record.applied:
+            continue
+        start = record.shards_done if record is not None else 0
+        for index in range(start, len(shards)):
+            jobs, history = store.shard_tables(shards[index])
+            outbox = store.outbox_table(shards[index])
+            recurring = store.recurring_table(shards[index])
+            for statement in migration.for_shard(jobs, history, outbox, recurring):
+                try:
+                    await cur.execute(statement)
+                except pymysql.MySQLError as exc:
+                    raise SchemaError(
+                        f"migration {migration.name} failed on {jobs} (shard {index + 1} of "
+                        f"{len(shards)}): {exc}. It is not recorded as applied; fix the file "
+                        "(or the database) and run `delayq db migrate` again, which continues "
+                        "with this shard"
+                    ) from exc
+            await _record(cur, main, migration, index + 1, applied=index + 1 == len(shards))
+        report.applied.append(migration.name)
+        await cur.execute(
+            f"REPLACE INTO {main}.delayq_meta (name, value) VALUES ('schema_version', %s)",
+            (str(migration.version),),
+        )
+    report.versions = len(migrations)
+    report.newer = sorted(v for v in records if v > len(migrations))
+    return report
+
+
+def _check_checksums(
+    database: str,
+    migrations: list[Migration],
+    records: dict[int, _Record],
+    report: MigrationReport,
+) -> None:
+    for migration in migrations:
+        record = records.get(migration.version)
+        if record is None or record.checksum == migration.checksum:
+            continue
+        if not record.applied:
+            # Fixing the migration that failed is what a rerun is for.
+            report.warnings.append(
+                f"{migration.name} changed since it ran on the first {record.shards_done} "
+                "shard(s); the remaining shards get the file as it is now"
+            )
+            continue
+        raise SchemaError(
+            f"migration {migration.name} was changed after it was applied (recorded "
+            f"checksum {record.checksum[:12]}…, file now {migration.checksum[:12]}…). An "
+            "applied migration must not be edited: restore it and put the change in a new "
+            "numbered file. If the edit is deliberate and needs no migration, accept it with "
+            f"UPDATE `{database}`.delayq_migrations SET checksum = '{migration.checksum}' "
+            f"WHERE version = {migration.version}"
+        )
+
+
+async def _read_records(cur: Any, database: str) -> dict[int, _Record]:
+    await cur.execute(
+        "SELECT version, name, checksum, shards_done, applied_at IS NOT NULL"
+        f" FROM `{database}`.delayq_migrations"
+    )
+    return {
+        int(version): _Record(name, checksum, int(done), bool(applied))
+        for version, name, checksum, done, applied in await cur.fetchall()
+    }
+
+
+async def _record(
+    cur: Any, main: str, migration: Migration, shards_done: int, *, applied: bool
+) -> None:
+    await cur.execute(
+        f"REPLACE INTO {main}.delayq_migrations"
+        " (version, name, checksum, shards_done, applied_at)"
+        f" VALUES (%s, %s, %s, %s, {'NOW(3)' if applied else 'NULL'})",
+        (migration.version, migration.name, migration.checksum, shards_done),
+    )
+
+
+async def check_schema(store: MySQLStore, directory: Traversable | None = None) -> None:
+    """Refuse a database that is not migrated, misses a migration this delayq knows, or
+    was laid out for other settings (what nodes and producers check on open)."""
+    migrations = load_migrations(directory)
+    async with store.pool.acquire() as conn, conn.cursor() as cur:
+        try:
+            meta = await read_meta(cur, store.database)
+        except aiomysql.ProgrammingError:
+            meta = {}
+        if not meta:
+            raise SchemaError(
+                f"database {store.database!r} has no delayq schema: run `delayq db migrate`"
+            )
+        try:
+            records = await _read_records(cur, store.database)
+            applied = {version for version, record in records.items() if record.applied}
+        except aiomysql.ProgrammingError:
+            # Not adopted yet: the old schema_version says what ran.
+            applied = set(range(1, int(meta.get("schema_version", "0")) + 1))
+    missing = [m.name for m in migrations if m.version not in applied]
+    if missing:
+        raise SchemaError(
+            f"the delayq schema is out of date ({', '.join(missing)} not applied): "
+            "run `delayq db migrate`"
+        )
+    wanted = layout_of(store.settings)
+    if meta.get("key_prefix", wanted["key_prefix"]) != wanted["key_prefix"]:
+        raise SchemaError(
+            f"database {store.database!r} belongs to the cluster with key_prefix "
+            f"{meta.get('key_prefix')!r}, not {wanted['key_prefix']!r}: give each cluster "
+            "its own database"
+        )
+    if {k: meta.get(k) for k in ("databases", "tables")} != {
+        k: wanted[k] for k in ("databases", "tables")
+    }:
+        raise SchemaError(
+            f"the database holds a {meta.get('databases')}×{meta.get('tables')} shard "
+            f"layout but settings say {wanted['databases']}×{wanted['tables']}"
+        )
+    if meta.get("slots", wanted["slots"]) != wanted["slots"]:
+        # A producer with another slot count would put jobs in slots no node owns.
+        raise SchemaError(
+            f"the cluster has {meta['slots']} slots but settings say "
+            f"slots={wanted['slots']}: the slot count is fixed when a cluster is created"
+        )

@@ -1,0 +1,117 @@
+"""A job's row as delayq reads it (JobRecord) and an outcome the recorder writes to it
+(Outcome): the types the MySQL store hands out and takes in."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cluster.model.contract import JobStatus
+from cluster.model.envelope import make_tail
+from cluster.model.tick_ids import parse_tick_id
+from cluster.store import sql
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What get() returns: the durable state of one job."""
+
+    job_id: str
+    topic: str
+    biz_id: str | None
+    biz_type: str | None
+    status: JobStatus
+    due_ms: int
+    attempts: int
+    max_attempts: int
+    payload_json: str
+    slot: int
+    last_error: str | None
+    created_ms: int
+    modified_ms: int
+    expires_after_ms: int | None = None  # never published after due_ms + this
+
+    @property
+    def due(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.due_ms / 1000, sql.UTC)
+
+    @property
+    def recurring(self) -> str | None:
+        """The name of the recurring schedule this job is a tick of, or None."""
+        tick = parse_tick_id(self.job_id)
+        return None if tick is None else tick[0]
+
+    @property
+    def tick_ms(self) -> int | None:
+        """The time of the tick this job is (of a recurring schedule), or None."""
+        tick = parse_tick_id(self.job_id)
+        return None if tick is None else tick[2]
+
+    @property
+    def expires_ms(self) -> int | None:
+        """The last moment it may be published (due_ms + expires_after_ms), or None."""
+        return None if self.expires_after_ms is None else self.due_ms + self.expires_after_ms
+
+    @property
+    def tail(self) -> bytes:
+        """The envelope tail of this job (cluster/model/envelope.py), the producer's bytes."""
+        return make_tail(
+            self.job_id, self.topic, self.biz_id, self.biz_type, self.payload_json.encode()
+        )
+
+
+@dataclass(slots=True)  # not frozen: built per job, and frozen init is slower
+class Outcome:
+    """One journal entry from Redis: a job fired, is retrying, went dead or expired, or
+    was replayed."""
+
+    job_id: str
+    status: JobStatus
+    attempt: int
+    at_ms: int
+    note: str
+    slot: int
+
+
+JOB_COLUMNS = (
+    "job_id, topic, biz_id, biz_type, status, action_time, attempts, max_attempts, payload,"
+    " slot, last_error, gmt_create, gmt_modified, expires_after_ms"
+)
+
+
+def record_of_row(row: Sequence[Any]) -> JobRecord:
+    """A JobRecord from a row of JOB_COLUMNS."""
+    (
+        job_id,
+        topic,
+        biz_id,
+        biz_type,
+        status,
+        action_time,
+        attempts,
+        max_attempts,
+        payload,
+        slot,
+        last_error,
+        created,
+        modified,
+        expires_after_ms,
+    ) = row
+    return JobRecord(
+        job_id=job_id,
+        topic=topic,
+        biz_id=biz_id,
+        biz_type=biz_type,
+        status=JobStatus(status),
+        due_ms=sql.datetime_to_ms(action_time),
+        attempts=attempts,
+        max_attempts=max_attempts,
+        payload_json=payload,
+        slot=slot,
+        last_error=last_error,
+        created_ms=sql.datetime_to_ms(created),
+        modified_ms=sql.datetime_to_ms(modified),
+        expires_after_ms=None if expires_after_ms is None else int(expires_after_ms),
+    )

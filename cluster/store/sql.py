@@ -1,0 +1,227 @@
+"""Low-level MySQL helpers shared by the job store and the migrator: the connection URL,
+time conversions, SQL literals built by hand, and overlapped statement execution.
+
+Hot statements are built as text here rather than by the driver, because aiomysql's
+per-parameter escaping cost more than the database's work (see cluster/store/mysql_store.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import ssl
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlparse
+
+from pymysql.constants import CLIENT
+
+from cluster.errors import ConfigError
+from cluster.settings.config import Settings
+from cluster.settings.security import client_tls, describe_tls_error, tls_cause
+
+UTC = dt.UTC
+ROWS_PER_STATEMENT = 2000
+STATEMENT_BYTES = 4 << 20  # well under MySQL's default max_allowed_packet (16 MiB)
+
+# PyMySQL's "Lost connection to MySQL server during query": the statement was sent, so
+# when it was the commit, nobody knows whether it took effect.
+LOST_DURING_QUERY = 2013
+ACCESS_DENIED = 1045  # wrong password, or an account that REQUIRE SSL over plain text
+DB_ACCESS_DENIED = 1044
+
+
+# TLS options a mysql_url may carry as query parameters (?ssl_ca=/path/ca.pem&…), the
+# same as the mysql_ssl_* settings, which fill in what the URL leaves out.
+_URL_TLS_OPTIONS = ("ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_hostname")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def parse_mysql_url(url: str) -> dict[str, Any]:
+    """aiomysql connection arguments of a mysql:// (or mariadb://) URL naming a database;
+    with ssl_ca/ssl_cert/ssl_key query parameters also "ssl", a verifying TLS context.
+
+    Errors never show the URL: it holds the password, and a malformed one (a / or @ in
+    an unquoted password) cannot be redacted reliably."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("mysql", "mariadb"):
+        raise ConfigError(
+            "mysql_url must start with mysql:// or mariadb://, got "
+            f"{parsed.scheme + '://' if parsed.scheme else 'no scheme'}"
+        )
+    try:
+        port = parsed.port or 3306
+    except ValueError:
+        raise ConfigError(
+            "mysql_url has no valid port after the host (a password with / # ? or @ in it "
+            "must be percent-encoded, e.g. %2F)"
+        ) from None
+    database = parsed.path.lstrip("/")
+    if not database:
+        raise ConfigError("mysql_url must name a database: mysql://user:password@host/DATABASE")
+    args: dict[str, Any] = {
+        "host": parsed.hostname or "127.0.0.1",
+        "port": port,
+        "user": unquote(parsed.username or "root"),
+        "password": unquote(parsed.password or ""),
+        "db": database,
+    }
+    options = dict(parse_qsl(parsed.query, keep_blank_values=True))
+    unknown = sorted(set(options) - set(_URL_TLS_OPTIONS))
+    if unknown:
+        raise ConfigError(
+            f"mysql_url: unknown parameter(s) {', '.join(unknown)}; "
+            f"known: {', '.join(_URL_TLS_OPTIONS)}"
+        )
+    if options:
+        verify = options.get("ssl_verify_hostname", "true").lower()
+        if verify not in _TRUE + _FALSE:
+            raise ConfigError("mysql_url: ssl_verify_hostname must be true or false")
+        context = mysql_tls(
+            options.get("ssl_ca", ""),
+            options.get("ssl_cert", ""),
+            options.get("ssl_key", ""),
+            verify_hostname=verify in _TRUE,
+        )
+        if context is not None:
+            args["ssl"] = context
+    return args
+
+
+def mysql_tls(
+    ca: str, cert: str = "", key: str = "", *, verify_hostname: bool = True
+) -> ssl.SSLContext | None:
+    """A TLS context that verifies the MySQL server (CERT_REQUIRED; the host name too,
+    unless verify_hostname is off), or None when no CA or client certificate is given."""
+    if not (ca or cert):
+        return None
+    try:
+        return client_tls(ca, cert, key, check_hostname=verify_hostname)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"MySQL TLS files: {exc}") from None
+
+
+def mysql_connect_args(settings: Settings) -> dict[str, Any]:
+    """aiomysql connection arguments: the URL's, plus TLS from the mysql_ssl_* settings
+    (unless the URL has its own TLS parameters)."""
+    args = parse_mysql_url(settings.mysql_url)
+    if "ssl" not in args:
+        context = mysql_tls(
+            settings.mysql_ssl_ca,
+            settings.mysql_ssl_cert,
+            settings.mysql_ssl_key,
+            verify_hostname=settings.mysql_ssl_verify_hostname,
+        )
+        if context is not None:
+            args["ssl"] = context
+    return args
+
+
+def mysql_refusal(error: BaseException, args: dict[str, Any]) -> str | None:
+    """Why MySQL refused a connection, when waiting cannot help; None otherwise."""
+    tls = tls_cause(error)
+    if tls is not None:
+        return describe_tls_error(tls, "mysql_ssl_ca")
+    code = error.args[0] if getattr(error, "args", None) else None
+    if code == ACCESS_DENIED:
+        hint = (
+            "wrong user or password"
+            if "ssl" in args
+            else "wrong user or password, or the account requires TLS (set mysql_ssl_ca)"
+        )
+        return f"access denied for user {args['user']!r}: {hint}"
+    if code == DB_ACCESS_DENIED:
+        return f"user {args['user']!r} has no privileges on database {args['db']!r}"
+    return None
+
+
+def uses_tls(conn: Any) -> bool:
+    """Whether a connection made with an "ssl" argument really is encrypted: PyMySQL and
+    aiomysql quietly stay in plain text when the server does not offer TLS."""
+    return bool(conn.server_capabilities & CLIENT.SSL)
+
+
+def ms_to_datetime(ms: int) -> dt.datetime:
+    """A naive UTC datetime (what a DATETIME column holds) of epoch milliseconds."""
+    return dt.datetime.fromtimestamp(ms / 1000, UTC).replace(tzinfo=None)
+
+
+def datetime_to_ms(value: dt.datetime) -> int:
+    return round(value.replace(tzinfo=UTC).timestamp() * 1000)
+
+
+def int_list(values: Iterable[int]) -> str:
+    """The SQL text of integers for an IN (...) list, e.g. of job statuses."""
+    return ", ".join(str(int(value)) for value in values)
+
+
+def quoter(conn: Any) -> Callable[[str | None], str]:
+    """A SQL literal for a text value (or NULL), escaped the way this connection needs."""
+
+    def quote(value: str | None) -> str:
+        return "NULL" if value is None else f"'{conn.escape_string(value)}'"
+
+    return quote
+
+
+def multi_row(head: str, rows: Iterable[str], tail: str = "") -> Iterator[str]:
+    """Statements `head row,row,… tail` of at most ROWS_PER_STATEMENT rows and at most
+    STATEMENT_BYTES bytes each (a single larger row makes a statement of its own), built
+    as they are consumed (see execute_overlapped).
+
+    Sizes are in UTF-8 bytes, as max_allowed_packet is: a row of 4-byte characters is
+    four times its length. str.isascii() is O(1) in CPython, so only rows that are not
+    ASCII are encoded to be measured."""
+    limit = STATEMENT_BYTES
+    fixed = _utf8_len(head) + _utf8_len(tail)
+    values: list[str] = []
+    size = fixed
+    for row in rows:
+        row_bytes = _utf8_len(row) + 1  # and its comma
+        if values and (len(values) == ROWS_PER_STATEMENT or size + row_bytes > limit):
+            yield head + ",".join(values) + tail
+            values, size = [], fixed
+        values.append(row)
+        size += row_bytes
+    if values:
+        yield head + ",".join(values) + tail
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+class DatetimeLiterals:
+    """SQL DATETIME(3) literals of UTC epoch milliseconds; the second's text is cached,
+    since the jobs of one call tend to share seconds."""
+
+    def __init__(self) -> None:
+        self._seconds: dict[int, str] = {}
+
+    def of(self, ms: int) -> str:
+        second, millis = divmod(ms, 1000)
+        text = self._seconds.get(second)
+        if text is None:
+            text = self._seconds[second] = f"{ms_to_datetime(second * 1000):%Y-%m-%d %H:%M:%S}"
+        return f"'{text}.{millis:03d}'"
+
+
+async def execute_overlapped(cur: Any, statements: Iterable[str]) -> int:
+    """Run the statements in order, building each next one while MySQL runs the last:
+    the producer's CPU and the database's work overlap instead of taking turns. Returns
+    the rows they affected, added up."""
+    running: asyncio.Task[int] | None = None
+    affected = 0
+    try:
+        for statement in statements:
+            if running is not None:
+                affected += await running
+            running = asyncio.create_task(cur.execute(statement))
+            await asyncio.sleep(0)  # the task sends the statement before we build on
+        if running is not None:
+            affected += await running
+        return affected
+    finally:
+        if running is not None and not running.done():
+            # Building failed: the connection must not go back to the pool mid-query.
+            await asyncio.wait([running])

@@ -13,12 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pymysql
 from aiokafka import AIOKafkaProducer
@@ -48,7 +47,7 @@ from cluster.connections.kafka_conn import connection_options, start_client
 from cluster.connections.redis_conn import RedisClient, open_redis
 from cluster.errors import ClusterConfigError, ConfigError, SchemaError, StartupFailed, UnsafeConfig
 from cluster.model.keys import KeySpace
-from cluster.process.ready_file import clear_ready_file, write_ready_file
+from cluster.process.runner import one_line, run_process
 from cluster.scripts.facade import Scripts
 from cluster.settings.config import Settings, redact_url
 from cluster.store.mysql_store import MySQLStore
@@ -281,51 +280,50 @@ class Node:
         }
 
 
+# What run_node reports as one line: failures of the set-up, not bugs.
+START_FAILURES = (StartupFailed, ConfigError, SchemaError, ClusterConfigError, UnsafeConfig)
+
+
+class _NodeService:
+    """A Node as cluster.process.runner runs it."""
+
+    start_failures: tuple[type[BaseException], ...] = START_FAILURES
+
+    def __init__(self, settings: Settings) -> None:
+        self.node = Node(settings)
+        self.name = f"node {settings.node_id}"
+        self.settings = settings
+
+    async def start(self) -> None:
+        await self.node.start()
+
+    async def abandon(self) -> None:
+        pass  # a cancelled start() has closed what it opened
+
+    def ready_info(self) -> dict[str, Any]:
+        parts = self.node.parts
+        member = parts.membership.member if parts is not None else None
+        return {"node_id": self.settings.node_id, "member": member}
+
+    def run(self) -> Coroutine[Any, Any, None]:
+        return self.node.wait()
+
+    async def stop(self, running: asyncio.Task[None]) -> None:
+        await self.node.stop()
+        await asyncio.wait((running,))
+
+    def failed(self, error: BaseException) -> None:
+        log.error("node failed: %s", error)
+
+    async def close(self) -> None:
+        log.info("final counters: %s", self.node.stats())
+
+
 async def run_node(settings: Settings, *, ready_file: Path | None = None) -> int:
     """Run a node until SIGTERM/SIGINT; the exit code for the process. With ready_file,
     the node writes that file once started and deletes it when it stops. A node that
     cannot start logs one line saying why and returns 1."""
-    node = Node(settings)
-    stop_requested = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop_requested.set)
-    if ready_file is not None:
-        clear_ready_file(ready_file)  # a stale one from an earlier run
-    # A stop requested while the node waits for its stores ends the wait.
-    starting = asyncio.create_task(node.start())
-    stopper = asyncio.create_task(stop_requested.wait())
-    await asyncio.wait((starting, stopper), return_when=asyncio.FIRST_COMPLETED)
-    if not starting.done():
-        starting.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await starting
-        log.info("node %s stopped before it started", settings.node_id)
-        return 0
-    try:
-        starting.result()
-    except START_FAILURES as exc:
-        stopper.cancel()
-        log.error("node %s could not start: %s", settings.node_id, _one_line(exc))
-        return 1
-    if ready_file is not None:
-        member = node.parts.membership.member if node.parts is not None else None
-        write_ready_file(ready_file, {"node_id": settings.node_id, "member": member})
-    waiter = asyncio.create_task(node.wait())
-    await asyncio.wait((waiter, stopper), return_when=asyncio.FIRST_COMPLETED)
-    code = 0
-    if waiter.done() and waiter.exception() is not None:
-        log.error("node failed: %s", waiter.exception())
-        code = 1
-    log.info("stopping node %s", settings.node_id)
-    if ready_file is not None:
-        clear_ready_file(ready_file)
-    await node.stop()
-    stopper.cancel()
-    if not waiter.done():
-        await waiter
-    log.info("final counters: %s", node.stats())
-    return code
+    return await run_process(_NodeService(settings), ready_file=ready_file)
 
 
 # ----- waiting for the stores at start-up ---------------------------------------------
@@ -350,10 +348,6 @@ _ZK_TRANSIENT = (
 T = TypeVar("T")
 
 
-# What run_node reports as one line: failures of the set-up, not bugs.
-START_FAILURES = (StartupFailed, ConfigError, SchemaError, ClusterConfigError, UnsafeConfig)
-
-
 def _transient(error: BaseException) -> bool:
     """Whether waiting may cure this start-up error: the service is not (yet) there."""
     if isinstance(error, pymysql.err.OperationalError):
@@ -372,16 +366,6 @@ def _store_error(error: BaseException) -> bool:
     return isinstance(error, pymysql.err.Error | redis_exc.RedisError | KafkaError | zk_exc.ZKError)
 
 
-def _one_line(error: BaseException) -> str:
-    """The error and its cause (e.g. "Connection refused" under aiomysql's 2003), on one
-    line, passwords in URLs hidden."""
-    text = str(error) or type(error).__name__
-    cause = error.__cause__
-    if cause is not None and str(cause) and str(cause) not in text:
-        text = f"{text}: {cause}"
-    return redact_url(" ".join(text.split()))
-
-
 async def _wait_for(
     service: str, where: str, attempt: Callable[[], Awaitable[T]], deadline: float, timeout_s: float
 ) -> T:
@@ -398,21 +382,21 @@ async def _wait_for(
             if not _transient(error):
                 if _store_error(error):
                     raise StartupFailed(
-                        f"{service} at {where} refused: {_one_line(error)}"
+                        f"{service} at {where} refused: {one_line(error)}"
                     ) from error
                 raise
             left = deadline - time.monotonic()
             if left <= 0:
                 raise StartupFailed(
                     f"{service} at {where} did not answer within startup_timeout_s "
-                    f"({timeout_s:g} s): {_one_line(error)}"
+                    f"({timeout_s:g} s): {one_line(error)}"
                 ) from error
             pause = min(pause, left)
             log.warning(
                 "waiting for %s at %s: %s; retrying in %.1f s",
                 service,
                 where,
-                _one_line(error),
+                one_line(error),
                 pause,
             )
             await asyncio.sleep(pause)

@@ -13,13 +13,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from cluster.errors import ConfigError, SchemaError, StartupFailed, StoreAccessError
 from cluster.ingress.consumer import Ingress
-from cluster.process.ready_file import clear_ready_file, write_ready_file
+from cluster.process.runner import run_process
 from cluster.settings.config import Settings
+
+if TYPE_CHECKING:
+    from cluster.ingress.metrics import IngressMetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -30,87 +34,83 @@ STOP_GRACE_S = 10.0
 START_FAILURES = (StartupFailed, StoreAccessError, SchemaError, ConfigError)
 
 
+class _IngressService:
+    """An Ingress (and its /metrics) as cluster.process.runner runs it."""
+
+    start_failures: tuple[type[BaseException], ...] = START_FAILURES
+
+    def __init__(self, settings: Settings, ingress: Ingress) -> None:
+        self.settings = settings
+        self.ingress = ingress
+        self.name = f"ingress {settings.node_id}"
+        self.metrics: IngressMetricsServer | None = None
+
+    async def start(self) -> None:
+        await self.ingress.start()
+        if not self.settings.metrics_port:
+            return
+        from cluster.ingress.metrics import IngressMetricsServer  # aiohttp: only when serving
+
+        metrics = IngressMetricsServer(self.settings, self.ingress)
+        try:
+            await metrics.start()  # ConfigError when the port is taken
+        except BaseException:
+            await self.ingress.close()
+            raise
+        self.metrics = metrics
+
+    async def abandon(self) -> None:
+        await self.ingress.close()
+
+    def ready_info(self) -> dict[str, Any]:
+        return {
+            "node_id": self.settings.node_id,
+            "topic": self.settings.ingress_topic,
+            "group": self.settings.ingress_group,
+        }
+
+    def run(self) -> Coroutine[Any, Any, None]:
+        return self.ingress.run()
+
+    async def stop(self, running: asyncio.Task[None]) -> None:
+        if running.done():
+            return
+        self.ingress.stop()
+        done, _ = await asyncio.wait((running,), timeout=STOP_GRACE_S)
+        if not done:
+            log.warning(
+                "ingress: the round in progress did not end within %g s of the stop; "
+                "abandoned, its offsets not committed",
+                STOP_GRACE_S,
+            )
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+
+    def failed(self, error: BaseException) -> None:
+        log.error("ingress failed, the round in progress not committed", exc_info=error)
+
+    async def close(self) -> None:
+        if self.metrics is not None:
+            await self.metrics.stop()
+        await self.ingress.close()
+        records = self.ingress.records_total.items()
+        log.info(
+            "ingress %s stopped: %s; %d round(s) committed",
+            self.settings.node_id,
+            ", ".join(f"{count} {result}" for result, count in records),
+            self.ingress.committed_rounds_total,
+        )
+
+
 async def run_ingress(settings: Settings, *, ready_file: Path | None = None) -> int:
     """Run an ingress until SIGTERM/SIGINT; the exit code for the process: 0 after a
-    clean stop, 1 when it could not start or failed, 2 for settings it cannot run with.
-    With ready_file, it writes that file once started and deletes it when it stops."""
+    clean stop, 1 when it could not start (its metrics port taken included) or failed,
+    2 for settings it cannot run with. With ready_file, it writes that file once
+    started and deletes it when it stops."""
     try:
         ingress = Ingress(settings)
     except ConfigError as exc:
         log.error("ingress: configuration error: %s", exc)
         return 2
-    stop_requested = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop_requested.set)
-    if ready_file is not None:
-        clear_ready_file(ready_file)  # a stale one from an earlier run
-    stopper = asyncio.create_task(stop_requested.wait())
-    starting = asyncio.create_task(ingress.start())
-    await asyncio.wait((starting, stopper), return_when=asyncio.FIRST_COMPLETED)
-    if not starting.done():
-        starting.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await starting
-        await ingress.close()
-        log.info("ingress %s stopped before it started", settings.node_id)
-        return 0
-    try:
-        starting.result()
-    except START_FAILURES as exc:
-        stopper.cancel()
-        log.error("ingress %s could not start: %s", settings.node_id, exc)
-        return 1
-    metrics = None
-    code = 0
-    try:
-        if settings.metrics_port:
-            from cluster.ingress.metrics import IngressMetricsServer  # aiohttp: only when serving
-
-            metrics = IngressMetricsServer(settings, ingress)
-            await metrics.start()
-        if ready_file is not None:
-            write_ready_file(
-                ready_file,
-                {
-                    "node_id": settings.node_id,
-                    "topic": settings.ingress_topic,
-                    "group": settings.ingress_group,
-                },
-            )
-        running = asyncio.create_task(ingress.run())
-        await asyncio.wait((running, stopper), return_when=asyncio.FIRST_COMPLETED)
-        if not running.done():
-            log.info("stopping ingress %s", settings.node_id)
-            ingress.stop()
-            done, _ = await asyncio.wait((running,), timeout=STOP_GRACE_S)
-            if not done:
-                log.warning(
-                    "ingress: the round in progress did not end within %g s of the stop; "
-                    "abandoned, its offsets not committed",
-                    STOP_GRACE_S,
-                )
-                running.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await running
-        failure = None if running.cancelled() else running.exception()
-        if failure is not None:
-            log.error("ingress failed, the round in progress not committed", exc_info=failure)
-            code = 1
-    except ConfigError as exc:  # the metrics port is taken
-        log.error("ingress: %s", exc)
-        code = 2
-    finally:
-        stopper.cancel()
-        if ready_file is not None:
-            clear_ready_file(ready_file)
-        if metrics is not None:
-            await metrics.stop()
-        await ingress.close()
-    log.info(
-        "ingress %s stopped: %s; %d round(s) committed",
-        settings.node_id,
-        ", ".join(f"{count} {result}" for result, count in ingress.records_total.items()),
-        ingress.committed_rounds_total,
-    )
-    return code
+    return await run_process(_IngressService(settings, ingress), ready_file=ready_file)

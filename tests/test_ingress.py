@@ -43,7 +43,7 @@ from cluster.connections.kafka_conn import (
 )
 from cluster.devstack.nodes import NodeProcess, settings_env
 from cluster.errors import ConfigError
-from cluster.ingress.consumer import Ingress, check_settings, error_topic_of
+from cluster.ingress.consumer import Ingress
 from cluster.ingress.metrics import METRIC_NAMES, IngressMetricsServer
 from cluster.ingress.records import (
     Accepted,
@@ -53,6 +53,7 @@ from cluster.ingress.records import (
     max_error_value_bytes,
     parse_record,
 )
+from cluster.ingress.startup import check_settings, error_topic_of
 from cluster.model.jobs import check_job_id
 from cluster.settings.config import Settings
 from cluster.store.mysql_store import MySQLStore

@@ -24,25 +24,18 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pymysql
-import redis.exceptions
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka import errors as kafka_errors
 
-from cluster.client.delay_client import MAX_BATCH, DelayClient
-from cluster.connections.kafka_conn import connection_options, make_consumer, start_client
+from cluster.client.delay_client import DelayClient
 from cluster.errors import (
-    ConfigError,
     InvalidJob,
     OutcomeUnknown,
     RedisStepFailed,
-    SchemaError,
-    StartupFailed,
-    StoreAccessError,
     StoreUnavailable,
 )
 from cluster.ingress.records import (
@@ -52,7 +45,14 @@ from cluster.ingress.records import (
     max_error_value_bytes,
     parse_record,
 )
-from cluster.model.jobs import check_topic, now_ms, validate_job
+from cluster.ingress.startup import (
+    check_settings,
+    error_topic_of,
+    start_consumer,
+    start_error_producer,
+    waiting_for,
+)
+from cluster.model.jobs import now_ms, validate_job
 from cluster.settings.config import Settings, redact_url
 
 log = logging.getLogger(__name__)
@@ -64,14 +64,8 @@ MAX_BACKOFF_S = 10.0
 # How long one fetch waits for records when there are none (also how soon an idle
 # ingress sees a stop).
 FETCH_TIMEOUT_MS = 500
-# How long the broker holds an empty fetch: low, so a record is scheduled soon after
-# it is produced.
-FETCH_MAX_WAIT_MS = 50
 # A summary line at most this often, when records came.
 SUMMARY_EVERY_S = 10.0
-# Start-up: waiting for a store that does not answer yet.
-START_FIRST_RETRY_S = 0.5
-START_MAX_RETRY_S = 10.0
 
 # Record outcomes, the result label of delayq_ingress_records_total.
 SCHEDULED = "scheduled"
@@ -79,49 +73,10 @@ ALREADY_THERE = "already_there"
 INVALID = "invalid"
 RESULTS = (SCHEDULED, ALREADY_THERE, INVALID)
 
-# What a store that is not there (yet) raises at start-up: worth waiting for.
-_START_TRANSIENT = (
-    OSError,
-    TimeoutError,
-    pymysql.err.OperationalError,
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    kafka_errors.KafkaConnectionError,
-    kafka_errors.KafkaTimeoutError,
-)
 # Errors of a round's store step after which the same round is tried again: MySQL did
 # not answer or failed (pymysql.err.Error beyond what the client turns into
 # StoreUnavailable, e.g. a server that turned read-only), the commit's outcome is unknown.
 _STORE_RETRIED = (StoreUnavailable, OutcomeUnknown, pymysql.err.Error)
-
-T = TypeVar("T")
-
-
-def error_topic_of(settings: Settings) -> str:
-    return settings.ingress_error_topic or f"{settings.ingress_topic}.errors"
-
-
-def check_settings(settings: Settings) -> None:
-    """ConfigError unless the settings can run an ingress."""
-    if not settings.ingress_topic:
-        raise ConfigError("ingress_topic is not set (DELAYQ_INGRESS_TOPIC): nothing to read")
-    error_topic = error_topic_of(settings)
-    for name, topic in (("ingress_topic", settings.ingress_topic), ("error topic", error_topic)):
-        try:
-            check_topic(topic)
-        except InvalidJob as exc:
-            hint = " (set ingress_error_topic)" if name == "error topic" else ""
-            raise ConfigError(f"{name}: {exc}{hint}") from None
-    if error_topic == settings.ingress_topic:
-        raise ConfigError(
-            "ingress_error_topic must differ from ingress_topic: a refused record would "
-            "be read again and refused again, for ever"
-        )
-    if settings.ingress_batch > MAX_BATCH:
-        raise ConfigError(
-            f"ingress_batch must be <= {MAX_BATCH} (schedule_many()'s limit per call), "
-            f"got {settings.ingress_batch}"
-        )
 
 
 @dataclass
@@ -167,17 +122,17 @@ class Ingress:
         s = self.settings
         deadline = time.monotonic() + s.startup_timeout_s
         mysql_at = f"{self.client.mysql.conn_args['host']}:{self.client.mysql.conn_args['port']}"
-        await _waiting_for(
+        await waiting_for(
             f"MySQL at {mysql_at} and Redis at {redact_url(s.redis_url)}",
             self._open_client,
             deadline,
         )
         try:
-            self.producer = await _waiting_for(
-                f"Kafka at {s.kafka_bootstrap}", self._start_producer, deadline
+            self.producer = await waiting_for(
+                f"Kafka at {s.kafka_bootstrap}", lambda: start_error_producer(s), deadline
             )
-            self.consumer = await _waiting_for(
-                f"Kafka at {s.kafka_bootstrap}", self._start_consumer, deadline
+            self.consumer = await waiting_for(
+                f"Kafka at {s.kafka_bootstrap}", lambda: start_consumer(s), deadline
             )
         except BaseException:
             await self.close()
@@ -198,45 +153,6 @@ class Ingress:
             await self.client.close()
             raise
         return self.client
-
-    async def _start_producer(self) -> AIOKafkaProducer:
-        s = self.settings
-        producer = AIOKafkaProducer(
-            **connection_options(s),
-            client_id=f"delayq-ingress-{s.node_id}",
-            acks="all",
-            enable_idempotence=s.kafka_idempotence,
-            linger_ms=s.kafka_linger_ms,
-            request_timeout_ms=s.kafka_request_timeout_ms,
-            max_request_size=s.kafka_max_batch_bytes,
-        )
-        try:
-            await start_client(producer, s)
-        except BaseException:
-            await producer.stop()
-            raise
-        return producer
-
-    async def _start_consumer(self) -> AIOKafkaConsumer:
-        s = self.settings
-        consumer = make_consumer(
-            s,
-            self.topic,
-            group_id=s.ingress_group,
-            client_id=f"delayq-ingress-{s.node_id}",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            # Records of a transaction that was aborted are not jobs.
-            isolation_level="read_committed",
-            max_poll_records=s.ingress_batch,
-            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
-        )
-        try:
-            await start_client(consumer, s)
-        except BaseException:
-            await consumer.stop()
-            raise
-        return consumer
 
     def stop(self) -> None:
         """Ask run() to return: at once between rounds; a round that is storing its
@@ -501,33 +417,3 @@ class Ingress:
         if self.producer is None:
             raise RuntimeError("Ingress is not started")
         return self.producer
-
-
-async def _waiting_for(what: str, attempt: Callable[[], Awaitable[T]], deadline: float) -> T:
-    """attempt() until it succeeds, waiting out errors of a store that does not answer
-    yet with capped backoff until `deadline` (time.monotonic()). Refusals that waiting
-    cannot cure (StoreAccessError, SchemaError, ConfigError) and other errors raise."""
-    pause = START_FIRST_RETRY_S
-    while True:
-        try:
-            return await attempt()
-        except (StoreAccessError, SchemaError, ConfigError):
-            raise
-        except _START_TRANSIENT as exc:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise StartupFailed(
-                    f"{what} did not answer within startup_timeout_s: {_one_line(exc)}"
-                ) from exc
-            pause = min(pause, left)
-            log.warning("waiting for %s: %s; retrying in %.1f s", what, _one_line(exc), pause)
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, START_MAX_RETRY_S)
-
-
-def _one_line(error: BaseException) -> str:
-    text = str(error) or type(error).__name__
-    cause = error.__cause__
-    if cause is not None and str(cause) and str(cause) not in text:
-        text = f"{text}: {cause}"
-    return redact_url(" ".join(text.split()))

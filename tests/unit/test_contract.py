@@ -30,7 +30,7 @@ from cluster.model.contract import (
 )
 from cluster.scripts.facade import SCRIPT_NAMES, load_source, script_error
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LUA = ROOT / "lua"
 GENERATED = LUA / "includes" / "contract.lua"
 

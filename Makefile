@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install services migrate lint format contract test test-fast faults failover demo bench benchmarks compare clean
+.PHONY: install services migrate lint format contract check unit test faults failover demo bench benchmarks compare clean
 
 install: $(VENV)/.installed
 
@@ -31,11 +31,18 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The answer to "may I commit this?" in under two minutes, with no service started:
+# lint, format check, mypy and the tests that need no service (tests/unit/).
+check: lint unit
+
+unit: install
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit
+
 # Format the tree the way `make lint` checks it.
 format: install
 	$(BIN)/ruff format .
 
-# Regenerate the Lua side of cluster/model/contract.py (tests/test_contract.py checks it).
+# Regenerate the Lua side of cluster/model/contract.py (tests/unit/test_contract.py checks it).
 contract: install
 	$(BIN)/python -c 'import sys, cluster.model.contract as c; sys.stdout.write(c.lua_include())' \
 	  > lua/includes/contract.lua
@@ -50,10 +57,12 @@ SECURE_TESTS := tests/test_security.py tests/test_client.py tests/test_lua_scrip
   tests/test_end_to_end.py tests/test_cluster.py
 # 1: every store of the secure stack; "stores": only its Redis and MySQL.
 SECURE_MODE ?= 1
+# The passes share one started stack: each starts only what it adds (the tests call
+# `delayq services up`, which leaves running services alone). tests/unit runs once.
 test: lint
 	$(BIN)/pytest -q -p no:cacheprovider
 	DELAYQ_TEST_REDIS_CLUSTER=1 DELAYQ_TEST_REDIS_REPLICAS=1 $(BIN)/pytest -q -p no:cacheprovider \
-	  -m "not faults and not once"
+	  -m "not faults and not once" --ignore=tests/unit
 	DELAYQ_TEST_SECURE=$(SECURE_MODE) $(BIN)/pytest -q -p no:cacheprovider -m "not faults" \
 	  $(SECURE_TESTS)
 
@@ -65,10 +74,6 @@ faults: install
 failover: install
 	DELAYQ_TEST_REDIS_CLUSTER=1 DELAYQ_TEST_REDIS_REPLICAS=1 $(BIN)/pytest -q -s \
 	  -p no:cacheprovider -m failover
-
-# The suite without the node-process (kill/restart) tests.
-test-fast: install
-	$(BIN)/pytest -q -m "not slow"
 
 demo: migrate
 	eval "$$($(BIN)/delayq services env)" && $(BIN)/python examples/demo.py

@@ -8,7 +8,7 @@ as slots are left over). The map is deterministic and even (owners differ by at 
 one slot), and a change of membership moves few slots: a slot keeps its owner unless
 that owner left or a heavier pair claims the room, so a leaving member's slots spread
 over the others and a joining member takes about slots / members from the rest
-(tests/test_assignment.py measures how close to the fewest possible moves this is).
+(tests/unit/test_assignment.py measures how close to the fewest possible moves this is).
 """
 
 from __future__ import annotations

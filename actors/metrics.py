@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from actors.node import Node, NodeParts
 
 # Every delayq_* series a node exposes (histograms by their base name); the dashboard
-# and alert rules in ops/ may use only these (tests/test_ops_files.py).
+# and alert rules in ops/ may use only these (tests/unit/test_ops_files.py, tests/test_promtool.py).
 METRIC_NAMES = frozenset(
     {
         "delayq_jobs_fired_total",

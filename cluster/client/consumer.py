@@ -68,7 +68,7 @@ NODE_HEADER = "delayq-node"
 
 @dataclass(frozen=True, slots=True)
 class FiredRecord:
-    """One fired job as its consumer reads it (the record format of README.md)."""
+    """One fired job as its consumer reads it (the record format of docs/client.md)."""
 
     job_id: str
     topic: str

@@ -2,7 +2,7 @@
 and the delay-member format. Each is defined here once.
 
 The Lua scripts see the same names through lua/includes/contract.lua, which is
-generated from this module by `make contract`; tests/test_contract.py fails when the
+generated from this module by `make contract`; tests/unit/test_contract.py fails when the
 two differ. SQL statements build their status
 literals from JobStatus, and the schema's column comment is checked against it too.
 """
@@ -137,7 +137,7 @@ def lua_include() -> str:
         "-- The numbers the scripts share with Python and SQL, pulled into a script by the",
         '-- line "--@include contract". Generated from cluster/model/contract.py by',
         "--   make contract",
-        "-- do not edit by hand (tests/test_contract.py compares the two).",
+        "-- do not edit by hand (tests/unit/test_contract.py compares the two).",
     ]
     for prefix, enum in _LUA_ENUMS:
         lines += ["", f"-- {enum.__name__}"]

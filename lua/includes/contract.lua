@@ -1,7 +1,7 @@
 -- The numbers the scripts share with Python and SQL, pulled into a script by the
 -- line "--@include contract". Generated from cluster/model/contract.py by
 --   make contract
--- do not edit by hand (tests/test_contract.py compares the two).
+-- do not edit by hand (tests/unit/test_contract.py compares the two).
 
 -- JobStatus
 local STATUS_PENDING = 0

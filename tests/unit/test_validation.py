@@ -174,7 +174,7 @@ def test_schedule_many_entries() -> None:
 
 @pytest.mark.parametrize("job_id", ["X ", "X   ", " ", "订单 "])
 def test_job_id_ending_with_a_space_is_refused(job_id: str) -> None:
-    # MySQL's PAD SPACE collation would make 'X ' the same row as 'X' (README).
+    # MySQL's PAD SPACE collation would make 'X ' the same row as 'X' (docs/client.md).
     with pytest.raises(InvalidJob, match="job_id must not end with a space"):
         check(job_id=job_id)
 

@@ -9,13 +9,8 @@ distinct error for the rest. The ack journals
 leaves the jobs in flight; the retry-reaper returns them after their deadline, so a
 crash can cause a duplicate, never a loss.
 
-Fire advance: the mover moves jobs up to fire_advance_ms before their due time, so a
-claim can return jobs that are not due yet. Each such job is held in the round's task
-and published once the Redis clock has passed its due time: the claim script's Redis
-TIME is a reading taken before its reply arrived, so (due − that reading) ms of the
-local monotonic clock after the reply always ends after the due time, whatever the
-node's wall clock says. Its record's fired_ms is that reading plus the time held, never
-below due_ms.
+Fire advance: a claim can return jobs that are not due yet; each is held in the round's
+task and published once the Redis clock has passed its due time (actors/dispatch_round.py).
 
 Expiry: claim.lua does not claim a job whose due time + expires_after has passed; it
 expires instead (and a failed publish whose retry would come after that expires in
@@ -37,11 +32,19 @@ import asyncio
 import logging
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer
 
 from actors import failpoints
+from actors.dispatch_round import (
+    Answers,
+    Held,
+    Sent,
+    SlotClaim,
+    broker_answers,
+    describe,
+    sort_claimed,
+)
 from actors.histogram import LATENESS_BUCKETS_S, Histograms
 from actors.lifecycle import Actor
 from actors.ownership import Ownership
@@ -50,9 +53,8 @@ from actors.queues import SlotQueue
 from actors.scanner import SlotScanner
 from cluster.errors import Fenced, ReplicationUnconfirmed, SlotFailed
 from cluster.model.contract import NO_TIME
-from cluster.model.envelope import Fire, due_and_topic, fire_of, is_lean, with_tail
-from cluster.model.jobs import topic_allowed
-from cluster.scripts.codec import Claimed, ClaimResult
+from cluster.model.envelope import Fire, fire_of, is_lean
+from cluster.scripts.codec import ClaimResult
 from cluster.scripts.facade import Scripts
 from cluster.settings.config import Settings
 from cluster.store.mysql_store import MySQLStore
@@ -64,37 +66,6 @@ RETRY_AFTER_ERROR_S = 0.2
 # about as long as a Redis Cluster failover takes, before the jobs are left in flight
 # for the reaper (which fires them again: a duplicate).
 ACK_RETRY_PAUSES_S = (0.1, 0.25, 0.5, 1.0, 1.0, 2.0, 2.0, 3.0)
-# Error of a lean job whose MySQL row is gone: its record cannot be built.
-NO_ROW_ERROR = "MissingRow: the job's payload is not in Redis and MySQL has no row of it"
-
-
-@dataclass(frozen=True, slots=True)
-class Sent:
-    """A job handed to the producer, and the future of its broker acknowledgement."""
-
-    job_id: bytes
-    future: asyncio.Future[object]
-    topic: str
-    due_ms: int
-    claimed_ms: int  # Redis clock; for a held job, when it was released
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """A claimed job that is not due yet: published at its due time (fire advance)."""
-
-    slot: int
-    job_id: bytes
-    envelope: bytes
-    attempt: int
-    due_ms: int
-    claimed_ms: int  # the claim script's Redis TIME
-    received: float  # time.monotonic() when the claim's reply had arrived
-
-    @property
-    def release_at(self) -> float:
-        """A time.monotonic() by which the Redis clock has passed due_ms."""
-        return self.received + (self.due_ms - self.claimed_ms) / 1000
 
 
 class Dispatcher(Actor):
@@ -135,7 +106,7 @@ class Dispatcher(Actor):
         self.lateness = Histograms(LATENESS_BUCKETS_S)
         self.claim_lag = Histograms(LATENESS_BUCKETS_S)
         self.publish_lag = Histograms(LATENESS_BUCKETS_S)
-        # Claims older than this are not published (see _claim_and_send).
+        # Claims older than this are not published (see _fresh).
         self.lease_ms = settings.zk_session_timeout_ms / 2
         self._rounds_in_flight: Counter[int] = Counter()
         self._round_done = asyncio.Event()
@@ -205,81 +176,15 @@ class Dispatcher(Actor):
     ) -> tuple[dict[int, list[Sent]], list[Held], list[int]]:
         """Claim from every (slot, epoch) in one round trip and hand the jobs that are
         due to the publisher. Returns what was sent by slot, the jobs to publish at
-        their due time (fire advance), and the slots that may hold more."""
+        their due time (fire advance), and the slots that may hold more. Steps: claim,
+        load lean jobs' tails, sort (actors/dispatch_round.py), settle the jobs that
+        cannot be sent, publish the rest."""
         s = self.settings
-        claims = await self.scripts.claim_many(held, s.claim_batch, s.inflight_timeout_ms)
-        received = time.monotonic()
-        later: list[Held] = []
-        if any(isinstance(claim, ClaimResult) and claim.jobs for claim in claims):
-            failpoints.hit("after-claim")
-        fires: list[Fire] = []
-        owners: list[tuple[int, bytes, int]] = []  # slot, job id, claimed at
-        more: list[int] = []
-        # Jobs whose topic allowed_topics does not cover (a producer with other settings
-        # wrote them): never published, they fail each attempt and go dead.
-        refused: dict[tuple[int, int], dict[bytes, str]] = defaultdict(dict)
-        # Lean jobs whose tail could not be read (MySQL down): released, not failed.
-        unbuilt: dict[tuple[int, int], list[bytes]] = defaultdict(list)
-        failed: list[SlotFailed] = []
-        rounds: list[tuple[int, int, int, list[Claimed]]] = []  # slot, epoch, now, jobs
-        for (slot, epoch), claim in zip(held, claims, strict=True):
-            if claim is None:
-                self.ownership.lost(slot, epoch)
-                continue
-            if isinstance(claim, SlotFailed):
-                # Only this slot's Redis node is in trouble: the others' claims go on.
-                failed.append(claim)
-                self.scanner.retry_later(slot, int(RETRY_AFTER_ERROR_S * 1000))
-                continue
-            now_ms, claimed = claim.now_ms, claim.jobs
-            self.expired_total += claim.expired
-            if claimed:
-                moved_ms = self.scanner.moved_ms.get(slot, now_ms)
-                self.claim_lag.observe((), max(now_ms - moved_ms, 0) / 1000, len(claimed))
-            rounds.append((slot, epoch, now_ms, claimed))
+        claims, failed, received = await self._claim(held)
         tails = await self._load_tails(
-            [job.job_id for *_, claimed in rounds for job in claimed if is_lean(job.envelope)]
+            [job.job_id for claim in claims for job in claim.jobs if is_lean(job.envelope)]
         )
-        for slot, epoch, now_ms, claimed in rounds:
-            # After the tails were read, so the time that took counts too.
-            age_ms = self.scanner.redis_now_ms() - now_ms
-            if age_ms > self.lease_ms:
-                # This process was paused since the claim: the slot may have moved on.
-                # Leave the jobs in flight; whoever owns the slot now retries them.
-                log.warning(
-                    "not publishing %d job(s) of slot %d claimed %.0f ms ago",
-                    len(claimed),
-                    slot,
-                    age_ms,
-                )
-                continue
-            for job in claimed:
-                envelope = job.envelope
-                if is_lean(envelope):
-                    if tails is None:
-                        unbuilt[slot, epoch].append(job.job_id)
-                        continue
-                    tail = tails.get(job.job_id)
-                    if tail is None:
-                        refused[slot, epoch][job.job_id] = NO_ROW_ERROR
-                        continue
-                    envelope = with_tail(envelope, tail)
-                due_ms, topic = due_and_topic(envelope)
-                if not topic_allowed(s.allowed_topics, topic):
-                    refused[slot, epoch][job.job_id] = (
-                        f"TopicNotAllowed: topic {topic!r} matches none of "
-                        f"allowed_topics={s.allowed_topics!r}"
-                    )[:500]
-                    continue
-                if due_ms > now_ms:
-                    later.append(
-                        Held(slot, job.job_id, envelope, job.attempt, due_ms, now_ms, received)
-                    )
-                    continue
-                fires.append(fire_of(envelope, job.attempt, now_ms))
-                owners.append((slot, job.job_id, now_ms))
-            if len(claimed) == s.claim_batch:
-                more.append(slot)
+        jobs = sort_claimed(self._fresh(claims), tails, s.allowed_topics, s.claim_batch, received)
         if failed:
             self.warn(
                 "claiming from %d of %d slot(s) failed, retrying in %.0f ms: %s",
@@ -288,10 +193,66 @@ class Dispatcher(Actor):
                 RETRY_AFTER_ERROR_S * 1000,
                 failed[0],
             )
-        for (slot, epoch), errors in refused.items():
+        for (slot, epoch), errors in jobs.refused.items():
             await self._nack(slot, epoch, errors)
-        for (slot, epoch), job_ids in unbuilt.items():
+        for (slot, epoch), job_ids in jobs.unbuilt.items():
             await self._release(slot, epoch, job_ids)
+        return await self._publish(jobs.fires, jobs.owners), jobs.later, jobs.more
+
+    async def _claim(
+        self, held: list[tuple[int, int]]
+    ) -> tuple[list[SlotClaim], list[SlotFailed], float]:
+        """Run the claim script for every (slot, epoch) in one round trip. Returns the
+        claims of the slots still owned, the slots whose Redis node failed, and the
+        time.monotonic() the reply arrived."""
+        s = self.settings
+        replies = await self.scripts.claim_many(held, s.claim_batch, s.inflight_timeout_ms)
+        received = time.monotonic()
+        if any(isinstance(reply, ClaimResult) and reply.jobs for reply in replies):
+            failpoints.hit("after-claim")
+        claims: list[SlotClaim] = []
+        failed: list[SlotFailed] = []
+        for (slot, epoch), reply in zip(held, replies, strict=True):
+            if reply is None:
+                self.ownership.lost(slot, epoch)
+                continue
+            if isinstance(reply, SlotFailed):
+                # Only this slot's Redis node is in trouble: the others' claims go on.
+                failed.append(reply)
+                self.scanner.retry_later(slot, int(RETRY_AFTER_ERROR_S * 1000))
+                continue
+            self.expired_total += reply.expired
+            if reply.jobs:
+                moved_ms = self.scanner.moved_ms.get(slot, reply.now_ms)
+                lag_s = max(reply.now_ms - moved_ms, 0) / 1000
+                self.claim_lag.observe((), lag_s, len(reply.jobs))
+            claims.append(SlotClaim(slot, epoch, reply.now_ms, reply.jobs))
+        return claims, failed, received
+
+    def _fresh(self, claims: list[SlotClaim]) -> list[SlotClaim]:
+        """The claims young enough to publish. Checked after the tails were read, so the
+        time that took counts too."""
+        fresh: list[SlotClaim] = []
+        for claim in claims:
+            age_ms = self.scanner.redis_now_ms() - claim.now_ms
+            if age_ms > self.lease_ms:
+                # This process was paused since the claim: the slot may have moved on.
+                # Leave the jobs in flight; whoever owns the slot now retries them.
+                log.warning(
+                    "not publishing %d job(s) of slot %d claimed %.0f ms ago",
+                    len(claim.jobs),
+                    claim.slot,
+                    age_ms,
+                )
+                continue
+            fresh.append(claim)
+        return fresh
+
+    async def _publish(
+        self, fires: list[Fire], owners: list[tuple[int, bytes, int]]
+    ) -> dict[int, list[Sent]]:
+        """Hand the records to the producer; returns them by slot, with their futures.
+        owners: (slot, job id, claimed at) of each record."""
         sent: dict[int, list[Sent]] = defaultdict(list)
         if fires:
             futures = await self.publisher.publish(fires)
@@ -299,7 +260,7 @@ class Dispatcher(Actor):
                 owners, futures, fires, strict=True
             ):
                 sent[slot].append(Sent(job_id, future, fire.topic, fire.due_ms, claimed_ms))
-        return sent, later, more
+        return sent
 
     async def _publish_held(self, later: list[Held], sent: dict[int, list[Sent]]) -> None:
         """Publish each held job once the Redis clock has passed its due time, those
@@ -346,7 +307,7 @@ class Dispatcher(Actor):
                 "are put back, due again in %d ms, without using an attempt: %s",
                 len(job_ids),
                 self.settings.retry_backoff_ms,
-                _describe(exc),
+                describe(exc),
             )
             return None
         self.tails_loaded_total += len(rows)
@@ -375,47 +336,13 @@ class Dispatcher(Actor):
         """Publish the held jobs at their due times, wait for the broker until the
         delivery deadline, then ack what was published (one round trip for all slots)
         and nack the rest."""
-        epochs = dict(held)
         try:
             if later:
                 await self._publish_held(later, sent)
-            deadline = time.monotonic() + self.settings.kafka_delivery_timeout_ms / 1000
-            unique = list(
-                {id(item.future): item.future for items in sent.values() for item in items}.values()
-            )
-            failed: dict[int, str] = {}
-            acked_at: dict[int, float] = {}  # future → time.time() the broker answered
-            for future in unique:
-                if future.done():
-                    acked_at[id(future)] = time.time()
-                else:
-                    future.add_done_callback(lambda f: acked_at.__setitem__(id(f), time.time()))
-            if unique:
-                # The producer may retry a batch for longer than that (an idempotent one
-                # retries forever): past the deadline the jobs are retried by delayq, and
-                # a late delivery of the old batch is a duplicate after a failure.
-                await asyncio.wait(unique, timeout=max(deadline - time.monotonic(), 0))
-                for future in unique:
-                    error = self._error_of(future)
-                    if error is not None:
-                        failed[id(future)] = error
-            if len(failed) < len(unique):
+            answers = await broker_answers(sent, self.settings.kafka_delivery_timeout_ms)
+            if len(answers.failed) < answers.batches:
                 failpoints.hit("after-publish")
-            # When each batch was acknowledged, on the Redis clock: once per batch.
-            acked_ms = {key: self.scanner.redis_ms(at) for key, at in acked_at.items()}
-            published: dict[int, list[bytes]] = {}
-            for slot, items in sent.items():
-                errors = {
-                    item.job_id: failed[id(item.future)]
-                    for item in items
-                    if id(item.future) in failed
-                }
-                if errors:
-                    await self._nack(slot, epochs[slot], errors)
-                ok = [item for item in items if item.job_id not in errors]
-                if ok:
-                    published[slot] = [item.job_id for item in ok]
-                    self._observe(ok, acked_ms)
+            published = await self._settle(dict(held), sent, answers)
             if published:
                 await self._ack(published)
                 failpoints.hit("after-ack")
@@ -424,6 +351,27 @@ class Dispatcher(Actor):
             log.warning("acking a dispatch round failed: %s", exc)
         finally:
             self._round_finished(held, in_flight)
+
+    async def _settle(
+        self, epochs: dict[int, int], sent: dict[int, list[Sent]], answers: Answers
+    ) -> dict[int, list[bytes]]:
+        """Nack the jobs of the batches the broker did not acknowledge, count and time
+        the rest; returns the published job ids by slot, for the ack."""
+        failed = answers.failed
+        # When each batch was acknowledged, on the Redis clock: once per batch.
+        acked_ms = {key: self.scanner.redis_ms(at) for key, at in answers.acked_at.items()}
+        published: dict[int, list[bytes]] = {}
+        for slot, items in sent.items():
+            errors = {
+                item.job_id: failed[id(item.future)] for item in items if id(item.future) in failed
+            }
+            if errors:
+                await self._nack(slot, epochs[slot], errors)
+            ok = [item for item in items if item.job_id not in errors]
+            if ok:
+                published[slot] = [item.job_id for item in ok]
+                self._observe(ok, acked_ms)
+        return published
 
     def _observe(self, published: list[Sent], acked_ms: dict[int, float]) -> None:
         """Count and time jobs the broker acknowledged (the metrics), a batch at a time;
@@ -466,18 +414,6 @@ class Dispatcher(Actor):
             next(iter(failed.values())),
         )
 
-    def _error_of(self, future: asyncio.Future[object]) -> str | None:
-        """Why a batch was not published by its deadline, or None if it was."""
-        if not future.done():
-            return (
-                f"KafkaTimeoutError: not delivered within "
-                f"{self.settings.kafka_delivery_timeout_ms} ms (kafka_delivery_timeout_ms)"
-            )
-        if future.cancelled():
-            return "CancelledError: the producer dropped the batch"
-        error = future.exception()
-        return None if error is None else _describe(error)
-
     async def _nack(self, slot: int, epoch: int, errors: dict[bytes, str]) -> None:
         by_error: dict[str, list[bytes]] = defaultdict(list)
         for job_id, error in errors.items():
@@ -508,7 +444,3 @@ class Dispatcher(Actor):
             self.expired_total += result.expired
             if result.earliest_due_ms != NO_TIME:
                 self.scanner.wake(slot, result.earliest_due_ms)
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:500]

@@ -52,7 +52,8 @@ ROUND_JOBS = 500
 
 def observe_us_per_job(topics: int = 4) -> float:
     """CPU µs per job of the dispatcher's metrics bookkeeping for a broker-acked round."""
-    from actors.dispatcher import Dispatcher, Sent
+    from actors.dispatch_round import Sent
+    from actors.dispatcher import Dispatcher
     from actors.histogram import LATENESS_BUCKETS_S, Histograms
 
     dispatcher = Dispatcher.__new__(Dispatcher)  # only the metrics state _observe uses

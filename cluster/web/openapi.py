@@ -1,4 +1,5 @@
-"""The OpenAPI 3.1 document of the API, served at /openapi.json.
+"""The OpenAPI 3.1 document of the API, served at /openapi.json: one operation per route
+of cluster/web/api.py's ROUTES, with the components of cluster/web/openapi_schemas.py.
 
 Written out by hand so that each schema says what the API promises (the limits of the
 client's validation, which fields may be null); tests check it against cluster/web/api.py's
@@ -10,80 +11,23 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from cluster.client.delay_client import MAX_BATCH
 from cluster.client.recurring import NAME_MAX_CHARS
-from cluster.model.jobs import (
-    BIZ_ID_MAX_CHARS,
-    BIZ_TYPE_MAX_CHARS,
-    JOB_ID_MAX_CHARS,
-    MAX_ATTEMPTS_LIMIT,
-)
-from cluster.model.tick_ids import RECURRING_PREFIX
-from cluster.model.ticks import MIN_EVERY_MS, Missed
 from cluster.settings.config import Settings
-from cluster.web.api import DEAD_LIST_MAX, DEAD_SELECTION_MAX, ROUTES, Route
+from cluster.web.api import DEAD_LIST_MAX, ROUTES, Route
 from cluster.web.auth import GRANTS, Permission
-from cluster.web.problems import KINDS
+from cluster.web.openapi_fields import JOB_ID, TOPIC, ref
+from cluster.web.openapi_schemas import SCHEMAS
 
 VERSION = "1.0.0"
 
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _nullable(kind: str, **more: Any) -> dict[str, Any]:
-    return {"type": [kind, "null"], **more}
-
-
-_STATUS = {
-    "type": "string",
-    "enum": ["pending", "firing", "fired", "cancelled", "dead", "expired"],
-}
-# Why a cancel or reschedule was refused (409): cluster/web/api.py REFUSAL_STATUS.
-_REFUSAL = {"type": "string", "enum": ["fired", "cancelled", "dead", "expired", "in_flight"]}
-# What cluster/model/jobs.py refuses in text: C0 and C1 controls, DEL and the bidirectional
-# controls; a job id also must not end with a space.
-_NOT_CONTROL = (
-    "[^\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069]"
-)
-_NOT_CONTROL_OR_SPACE = _NOT_CONTROL[:-1] + " ]"
-_JOB_ID = {
-    "type": "string",
-    "minLength": 1,
-    "maxLength": JOB_ID_MAX_CHARS,
-    "pattern": f"^{_NOT_CONTROL}*{_NOT_CONTROL_OR_SPACE}$",
-}
-_TEXT = {"pattern": f"^{_NOT_CONTROL}*$"}
+# The operations' parameters (the bodies' schemas are components: SCHEMAS).
+# A recurring schedule's name in a path.
 _NAME = {"type": "string", "pattern": f"^[A-Za-z0-9._:-]{{1,{NAME_MAX_CHARS}}}$"}
-_TOPIC = {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,249}$"}
-_TIME = {
-    "description": "epoch seconds, or an RFC 3339 time with its offset",
-    "oneOf": [
-        {"type": "number", "minimum": 0},
-        {"type": "string", "format": "date-time"},
-    ],
-}
-
-
-def _exactly_one(first: tuple[str, Any], second: tuple[str, Any]) -> list[dict[str, Any]]:
-    """The oneOf of two fields of which exactly one is given: each (name, the schema it
-    has when given); the other is then null or absent."""
-    return [
-        {"required": [name], "properties": {name: given, other: {"type": "null"}}}
-        for (name, given), (other, _) in ((first, second), (second, first))
-    ]
-
-
-# A job's due time, in a schedule and a reschedule: exactly one of delay or at.
-_DELAY = _nullable("number", minimum=0, description="seconds from now")
-_AT = {"oneOf": [*_TIME["oneOf"], {"type": "null"}]}
-_DELAY_OR_AT = _exactly_one(("delay", {"type": "number"}), ("at", {"not": {"type": "null"}}))
 # A query parameter that is a flag (cluster/web/api.py _flag).
 _FLAG = {"type": "string", "enum": ["true", "false", "1", "0"]}
 # The parameters of a list of dead or expired jobs (cluster/web/api.py _listing).
 _LISTING = [
-    {"name": "topic", "in": "query", "schema": _TOPIC},
+    {"name": "topic", "in": "query", "schema": TOPIC},
     {
         "name": "limit",
         "in": "query",
@@ -91,393 +35,6 @@ _LISTING = [
         "description": "default 100",
     },
 ]
-
-_BIZ_ID = _nullable("string", minLength=1, maxLength=BIZ_ID_MAX_CHARS, **_TEXT)
-_BIZ_TYPE = _nullable("string", minLength=1, maxLength=BIZ_TYPE_MAX_CHARS, **_TEXT)
-_MAX_ATTEMPTS = _nullable("integer", minimum=1, maximum=MAX_ATTEMPTS_LIMIT)
-_EXPIRES_AFTER = _nullable(
-    "number",
-    exclusiveMinimum=0,
-    description="seconds after the due time: never published later than that "
-    "(the job ends expired instead); at most max_delay_s",
-)
-
-SCHEMAS: dict[str, Any] = {
-    "JobRequest": {
-        "type": "object",
-        "description": "One job: exactly one of delay or at. The same job_id twice is one job. "
-        "The payload's JSON is at most payload_max_bytes; at is at most max_delay_s ahead.",
-        "required": ["topic", "payload"],
-        "additionalProperties": False,
-        "properties": {
-            "topic": {**_TOPIC, "description": "the Kafka topic the job fires to"},
-            "payload": {"description": "any JSON value, published verbatim"},
-            "delay": _DELAY,
-            "at": _AT,
-            "job_id": {
-                "oneOf": [
-                    {**_JOB_ID, "not": {"pattern": f"^{RECURRING_PREFIX}"}},
-                    {"type": "null"},
-                ],
-                "description": "your key; generated when absent. Not starting with "
-                f"{RECURRING_PREFIX} (the ids of recurring schedules' ticks)",
-            },
-            "biz_id": _BIZ_ID,
-            "biz_type": _BIZ_TYPE,
-            "max_attempts": _MAX_ATTEMPTS,
-            "expires_after": _EXPIRES_AFTER,
-        },
-        "oneOf": _DELAY_OR_AT,
-    },
-    "JobBatch": {
-        "type": "object",
-        "required": ["jobs"],
-        "additionalProperties": False,
-        "properties": {
-            "jobs": {"type": "array", "maxItems": MAX_BATCH, "items": _ref("JobRequest")}
-        },
-    },
-    "Scheduled": {
-        "type": "object",
-        "required": ["job_id", "created"],
-        "properties": {
-            "job_id": {"type": "string"},
-            "created": _nullable(
-                "boolean",
-                description="true: this request created the job; false: it was already "
-                "there; null: stored, but not confirmed in Redis yet (see warning)",
-            ),
-            "warning": {"type": "string"},
-        },
-    },
-    "ScheduledBatch": {
-        "type": "object",
-        "required": ["jobs"],
-        "properties": {
-            "jobs": {"type": "array", "items": _ref("Scheduled")},
-            "warning": {"type": "string"},
-        },
-    },
-    "HistoryEntry": {
-        "type": "object",
-        "required": ["status", "attempt", "node", "slot", "at", "note"],
-        "properties": {
-            "status": _STATUS,
-            "attempt": {"type": "integer"},
-            "node": {"type": "string"},
-            "slot": {"type": "integer"},
-            "at": {"type": "string", "format": "date-time"},
-            "note": _nullable("string"),
-        },
-    },
-    "Job": {
-        "type": "object",
-        "description": "A job's durable record (MySQL's)",
-        "required": [
-            "job_id",
-            "topic",
-            "biz_id",
-            "biz_type",
-            "status",
-            "due_ms",
-            "due",
-            "attempts",
-            "max_attempts",
-            "payload",
-            "slot",
-            "last_error",
-            "created_ms",
-            "modified_ms",
-        ],
-        "properties": {
-            "job_id": {"type": "string"},
-            "topic": {"type": "string"},
-            "biz_id": _nullable("string"),
-            "biz_type": _nullable("string"),
-            "status": _STATUS,
-            "due_ms": {"type": "integer"},
-            "due": {"type": "string", "format": "date-time"},
-            "attempts": {"type": "integer"},
-            "max_attempts": {"type": "integer"},
-            "payload": {},
-            "slot": {"type": "integer"},
-            "last_error": _nullable("string"),
-            "created_ms": {"type": "integer"},
-            "modified_ms": {"type": "integer"},
-            "recurring": _nullable("string", description="the recurring schedule of a tick"),
-            "tick_ms": _nullable("integer", description="the time of that tick"),
-            "expires_after": _nullable(
-                "number", description="seconds after the due time; null: never expires"
-            ),
-            "history": {"type": "array", "items": _ref("HistoryEntry")},
-        },
-    },
-    "Cancelled": {
-        "type": "object",
-        "required": ["job_id", "cancelled"],
-        "properties": {"job_id": {"type": "string"}, "cancelled": {"const": True}},
-    },
-    "Reschedule": {
-        "type": "object",
-        "description": "exactly one of delay or at",
-        "additionalProperties": False,
-        "properties": {
-            "delay": _DELAY,
-            "at": _AT,
-        },
-        "oneOf": _DELAY_OR_AT,
-    },
-    "Rescheduled": {
-        "type": "object",
-        "required": ["job_id", "rescheduled", "due_ms"],
-        "properties": {
-            "job_id": {"type": "string"},
-            "rescheduled": {"const": True},
-            "due_ms": _nullable("integer"),
-        },
-    },
-    "DeadJob": {
-        "type": "object",
-        "required": [
-            "job_id",
-            "slot",
-            "topic",
-            "died_ms",
-            "died",
-            "attempts",
-            "last_error",
-            "record",
-        ],
-        "properties": {
-            "job_id": {"type": "string"},
-            "slot": {"type": "integer"},
-            "topic": {"type": "string"},
-            "died_ms": {"type": "integer"},
-            "died": {"type": "string", "format": "date-time"},
-            "attempts": _nullable("integer"),
-            "last_error": _nullable("string"),
-            "record": {"type": "object", "description": "the record it would have fired"},
-            "history": {"type": "array", "items": _ref("HistoryEntry")},
-        },
-    },
-    "DeadList": {
-        "type": "object",
-        "required": ["dead_letters", "count"],
-        "properties": {
-            "dead_letters": {"type": "array", "items": _ref("DeadJob")},
-            "count": {"type": "integer", "description": "dead jobs in all (of the topic)"},
-        },
-    },
-    "Selection": {
-        "description": 'Which dead jobs: exactly one of job_ids, topic, or "all": true',
-        "oneOf": [
-            {
-                "type": "object",
-                "required": ["job_ids"],
-                "additionalProperties": False,
-                "properties": {
-                    "job_ids": {
-                        "type": "array",
-                        "minItems": 1,
-                        "maxItems": DEAD_SELECTION_MAX,
-                        "items": _JOB_ID,
-                    }
-                },
-            },
-            {
-                "type": "object",
-                "required": ["topic"],
-                "additionalProperties": False,
-                "properties": {"topic": _TOPIC},
-            },
-            {
-                "type": "object",
-                "required": ["all"],
-                "additionalProperties": False,
-                "properties": {"all": {"const": True}},
-            },
-        ],
-    },
-    "ExpiredList": {
-        "type": "object",
-        "required": ["expired", "count"],
-        "properties": {
-            "expired": {"type": "array", "items": _ref("Job")},
-            "count": {"type": "integer", "description": "expired jobs in all (of the topic)"},
-        },
-    },
-    "RecurringRequest": {
-        "type": "object",
-        "description": "A recurring schedule: exactly one of cron or every. The same "
-        "definition again changes nothing; another one replaces the schedule from now on.",
-        "required": ["topic", "payload"],
-        "additionalProperties": False,
-        "properties": {
-            "topic": {**_TOPIC, "description": "the Kafka topic every tick fires to"},
-            "payload": {"description": "any JSON value, published verbatim by every tick"},
-            "cron": _nullable(
-                "string",
-                description="a 5-field cron expression, read on the wall clock of tz",
-            ),
-            "every": _nullable(
-                "number",
-                minimum=MIN_EVERY_MS / 1000,
-                description="an interval in seconds: ticks at start_at + k × every, or on "
-                "multiples of every since the epoch",
-            ),
-            "tz": _nullable("string", description="an IANA zone (cron only); default UTC"),
-            "start_at": {**_AT, "description": "no tick before"},
-            "end_at": {**_AT, "description": "no tick at or after"},
-            "biz_id": _BIZ_ID,
-            "biz_type": _BIZ_TYPE,
-            "max_attempts": _MAX_ATTEMPTS,
-            "missed": _nullable(
-                "string",
-                enum=[*(str(m) for m in Missed), None],
-                description="ticks no node made in time: fire the last once (default), or "
-                "skip them",
-            ),
-            "expires_after": _EXPIRES_AFTER,
-        },
-        "oneOf": _exactly_one(("cron", {"type": "string"}), ("every", {"type": "number"})),
-    },
-    "Recurring": {
-        "type": "object",
-        "description": "A recurring schedule as stored, and where its ticks stand",
-        "required": [
-            "name",
-            "topic",
-            "payload",
-            "cron",
-            "every_s",
-            "tz",
-            "start_ms",
-            "end_ms",
-            "missed",
-            "biz_id",
-            "biz_type",
-            "max_attempts",
-            "expires_after_s",
-            "generation",
-            "removed",
-            "next_ms",
-            "made_until_ms",
-            "last_made_ms",
-        ],
-        "properties": {
-            "name": {"type": "string"},
-            "topic": {"type": "string"},
-            "payload": {},
-            "cron": _nullable("string"),
-            "every_s": _nullable("number"),
-            "tz": {"type": "string"},
-            "start_ms": _nullable("integer"),
-            "end_ms": _nullable("integer"),
-            "missed": {"type": "string", "enum": [str(m) for m in Missed]},
-            "biz_id": _nullable("string"),
-            "biz_type": _nullable("string"),
-            "max_attempts": {"type": "integer"},
-            "expires_after_s": _nullable("number"),
-            "generation": {"type": "integer", "description": "definitions the name has had"},
-            "removed": {"type": "boolean"},
-            "next_ms": _nullable("integer", description="the next tick; null: no more"),
-            "made_until_ms": _nullable("integer", description="ticks before this are jobs already"),
-            "last_made_ms": _nullable("integer", description="the last tick made a job"),
-        },
-    },
-    "RecurringList": {
-        "type": "object",
-        "required": ["recurring"],
-        "properties": {"recurring": {"type": "array", "items": _ref("Recurring")}},
-    },
-    "RecurringRemoved": {
-        "type": "object",
-        "required": ["name", "removed"],
-        "properties": {"name": {"type": "string"}, "removed": {"const": True}},
-    },
-    "Replayed": {
-        "type": "object",
-        "required": ["replayed"],
-        "properties": {"replayed": {"type": "integer"}},
-    },
-    "Purged": {
-        "type": "object",
-        "required": ["purged"],
-        "properties": {"purged": {"type": "integer"}},
-    },
-    "Cluster": {
-        "type": "object",
-        "description": "Members (ZooKeeper), the slot map with owners, epochs and depths",
-        "required": ["root", "slots", "members", "slot_status"],
-        "properties": {
-            "root": {"type": "string"},
-            "slots": {"type": "integer"},
-            "members": {"type": "object", "additionalProperties": {"type": "object"}},
-            "slot_status": {"type": "array", "items": _ref("SlotStatus")},
-        },
-    },
-    "SlotStatus": {
-        "type": "object",
-        "required": ["slot", "owner", "delay", "ready", "inflight", "dead", "overdue_ms"],
-        "properties": {
-            "slot": {"type": "integer"},
-            "owner": _nullable("string"),
-            "owner_node": _nullable("string"),
-            "epoch": {"type": "integer"},
-            "redis_epoch": {"type": "integer"},
-            "delay": {"type": "integer"},
-            "ready": {"type": "integer"},
-            "inflight": {"type": "integer"},
-            "dead": {"type": "integer"},
-            "overdue_ms": {"type": "integer"},
-        },
-    },
-    "Stats": {
-        "type": "object",
-        "description": "The latest `delayq top` snapshot and the points sampled so far",
-        "required": ["snapshot", "error", "interval_s", "points"],
-        "properties": {
-            "snapshot": _nullable("object"),
-            "error": _nullable("string"),
-            "interval_s": {"type": "number"},
-            "points": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["at_ms", "fire_rate", "p50_ms", "p99_ms"],
-                    "properties": {
-                        "at_ms": {"type": "integer"},
-                        "fire_rate": _nullable("number"),
-                        "p50_ms": _nullable("number"),
-                        "p99_ms": _nullable("number"),
-                        "delay": {"type": "integer"},
-                        "ready": {"type": "integer"},
-                        "inflight": {"type": "integer"},
-                        "dead": {"type": "integer"},
-                    },
-                },
-            },
-        },
-    },
-    "Problem": {
-        "type": "object",
-        "description": "RFC 9457 problem details",
-        "required": ["type", "title", "status", "detail"],
-        "properties": {
-            "type": {
-                "type": "string",
-                "enum": [f"urn:delayq:problem:{kind}" for kind in KINDS],
-            },
-            "title": {"type": "string"},
-            "status": {"type": "integer"},
-            "detail": {"type": "string"},
-            "job_ids": {"type": "array", "items": {"type": "string"}},
-            "job_status": _REFUSAL,
-            "fired_ms": {"type": "integer", "description": "409 of a fired job, when recorded"},
-            "attempt": {"type": "integer", "description": "409 of a fired job, when recorded"},
-        },
-    },
-}
 
 _DESCRIPTIONS = {
     400: "The body is not valid JSON",
@@ -588,7 +145,7 @@ _ERRORS = {
 
 
 def _content(names: str) -> dict[str, Any]:
-    parts = [_ref(name) for name in names.split("|")]
+    parts = [ref(name) for name in names.split("|")]
     schema = parts[0] if len(parts) == 1 else {"oneOf": parts}
     return {"application/json": {"schema": schema}}
 
@@ -603,11 +160,11 @@ def _operation(route: Route) -> dict[str, Any]:
     for status in (*_ERRORS[route.name], 401, 403, 500):
         responses[str(status)] = {
             "description": _DESCRIPTIONS[status],
-            "content": {"application/problem+json": {"schema": _ref("Problem")}},
+            "content": {"application/problem+json": {"schema": ref("Problem")}},
         }
     if "{job_id}" in route.path:
         parameters = [
-            {"name": "job_id", "in": "path", "required": True, "schema": _JOB_ID},
+            {"name": "job_id", "in": "path", "required": True, "schema": JOB_ID},
             *parameters,
         ]
     if "{name}" in route.path:

@@ -1,0 +1,185 @@
+"""One dispatch round's jobs, from the claim's reply to the broker's answer: the steps of
+actors/dispatcher.py that need no actor state (no Redis, no MySQL, no logging).
+
+Sorting (sort_claimed): every claimed job of a fresh claim is published now, held until
+its due time, refused (nacked: its attempt fails), or left unbuilt (released: put back
+without using an attempt).
+
+Fire advance: the mover moves jobs up to fire_advance_ms before their due time, so a
+claim can return jobs that are not due yet. Each such job is held in the round's task
+and published once the Redis clock has passed its due time: the claim script's Redis
+TIME is a reading taken before its reply arrived, so (due − that reading) ms of the
+local monotonic clock after the reply always ends after the due time, whatever the
+node's wall clock says. Its record's fired_ms is that reading plus the time held, never
+below due_ms.
+
+Broker answers (broker_answers): one wait for every batch of the round, bounded by
+kafka_delivery_timeout_ms; a batch not acknowledged by then counts as failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from cluster.model.envelope import Fire, due_and_topic, fire_of, is_lean, with_tail
+from cluster.model.jobs import topic_allowed
+from cluster.scripts.codec import Claimed
+
+# Error of a lean job whose MySQL row is gone: its record cannot be built.
+NO_ROW_ERROR = "MissingRow: the job's payload is not in Redis and MySQL has no row of it"
+
+
+class SlotClaim(NamedTuple):
+    """What one slot's claim returned."""
+
+    slot: int
+    epoch: int
+    now_ms: int  # the claim script's Redis TIME
+    jobs: list[Claimed]
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A job handed to the producer, and the future of its broker acknowledgement."""
+
+    job_id: bytes
+    future: asyncio.Future[object]
+    topic: str
+    due_ms: int
+    claimed_ms: int  # Redis clock; for a held job, when it was released
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A claimed job that is not due yet: published at its due time (fire advance)."""
+
+    slot: int
+    job_id: bytes
+    envelope: bytes
+    attempt: int
+    due_ms: int
+    claimed_ms: int  # the claim script's Redis TIME
+    received: float  # time.monotonic() when the claim's reply had arrived
+
+    @property
+    def release_at(self) -> float:
+        """A time.monotonic() by which the Redis clock has passed due_ms."""
+        return self.received + (self.due_ms - self.claimed_ms) / 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Sorted:
+    """A round's claimed jobs, sorted by what happens to them next."""
+
+    fires: list[Fire]  # due: published now
+    owners: list[tuple[int, bytes, int]]  # slot, job id, claimed at: one per fire
+    later: list[Held]  # not due yet: published at their due time
+    # Jobs that cannot be published (no MySQL row, or a topic allowed_topics does not
+    # cover: a producer with other settings wrote them): each attempt fails, then dead.
+    refused: dict[tuple[int, int], dict[bytes, str]]  # (slot, epoch) → job id → error
+    # Lean jobs whose tail could not be read (MySQL down): released, not failed.
+    unbuilt: dict[tuple[int, int], list[bytes]]  # (slot, epoch) → job ids
+    more: list[int]  # slots whose claim was full: they may hold more
+
+
+class Answers(NamedTuple):
+    """The broker's answers to a round's batches, each batch keyed by id(future)."""
+
+    batches: int
+    failed: dict[int, str]  # why a batch was not published
+    acked_at: dict[int, float]  # time.time() the broker answered
+
+
+def sort_claimed(
+    claims: list[SlotClaim],
+    tails: dict[bytes, bytes] | None,
+    allowed_topics: str,
+    claim_batch: int,
+    received: float,
+) -> Sorted:
+    """Build each claimed job's record and sort it (see the module's docstring). tails:
+    the tails of lean jobs by job id, None when MySQL did not answer; received: the
+    time.monotonic() the claims' reply had arrived."""
+    # Plain locals in the loop below: it runs once per fired job.
+    fires: list[Fire] = []
+    owners: list[tuple[int, bytes, int]] = []
+    later: list[Held] = []
+    refused: dict[tuple[int, int], dict[bytes, str]] = defaultdict(dict)
+    unbuilt: dict[tuple[int, int], list[bytes]] = defaultdict(list)
+    more: list[int] = []
+    for slot, epoch, now_ms, claimed in claims:
+        for job in claimed:
+            envelope = job.envelope
+            if is_lean(envelope):
+                if tails is None:
+                    unbuilt[slot, epoch].append(job.job_id)
+                    continue
+                tail = tails.get(job.job_id)
+                if tail is None:
+                    refused[slot, epoch][job.job_id] = NO_ROW_ERROR
+                    continue
+                envelope = with_tail(envelope, tail)
+            due_ms, topic = due_and_topic(envelope)
+            if not topic_allowed(allowed_topics, topic):
+                refused[slot, epoch][job.job_id] = (
+                    f"TopicNotAllowed: topic {topic!r} matches none of "
+                    f"allowed_topics={allowed_topics!r}"
+                )[:500]
+                continue
+            if due_ms > now_ms:
+                later.append(
+                    Held(slot, job.job_id, envelope, job.attempt, due_ms, now_ms, received)
+                )
+                continue
+            fires.append(fire_of(envelope, job.attempt, now_ms))
+            owners.append((slot, job.job_id, now_ms))
+        if len(claimed) == claim_batch:
+            more.append(slot)
+    return Sorted(fires, owners, later, refused, unbuilt, more)
+
+
+async def broker_answers(sent: dict[int, list[Sent]], delivery_timeout_ms: int) -> Answers:
+    """Wait until the broker has answered every batch of `sent`, or the delivery deadline."""
+    deadline = time.monotonic() + delivery_timeout_ms / 1000
+    unique = list(
+        {id(item.future): item.future for items in sent.values() for item in items}.values()
+    )
+    failed: dict[int, str] = {}
+    acked_at: dict[int, float] = {}
+    for future in unique:
+        if future.done():
+            acked_at[id(future)] = time.time()
+        else:
+            future.add_done_callback(lambda f: acked_at.__setitem__(id(f), time.time()))
+    if unique:
+        # The producer may retry a batch for longer than that (an idempotent one
+        # retries forever): past the deadline the jobs are retried by delayq, and
+        # a late delivery of the old batch is a duplicate after a failure.
+        await asyncio.wait(unique, timeout=max(deadline - time.monotonic(), 0))
+        for future in unique:
+            error = error_of(future, delivery_timeout_ms)
+            if error is not None:
+                failed[id(future)] = error
+    return Answers(len(unique), failed, acked_at)
+
+
+def error_of(future: asyncio.Future[object], delivery_timeout_ms: int) -> str | None:
+    """Why a batch was not published by its deadline, or None if it was."""
+    if not future.done():
+        return (
+            f"KafkaTimeoutError: not delivered within "
+            f"{delivery_timeout_ms} ms (kafka_delivery_timeout_ms)"
+        )
+    if future.cancelled():
+        return "CancelledError: the producer dropped the batch"
+    error = future.exception()
+    return None if error is None else describe(error)
+
+
+def describe(exc: BaseException) -> str:
+    """An error as recorded with a job (type and message, at most 500 characters)."""
+    return f"{type(exc).__name__}: {exc}"[:500]

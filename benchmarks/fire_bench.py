@@ -33,8 +33,8 @@ by default schedule_many generates them.
 job has arrived; the result's "stages" are p50/p99 of each stage a job passes: from the
 node's histograms (actors/metrics.py: move = due → moved, claim = moved → claimed,
 publish = claimed → broker ack, and the fire lateness due → broker ack; interpolated
-within their buckets as histogram_quantile does, cluster/cli/top.py) and from the records
-(fired_ms, the record's Kafka timestamp and the receive time, each − due).
+within their buckets as histogram_quantile does, cluster/observe/snapshot.py) and from the
+records (fired_ms, the record's Kafka timestamp and the receive time, each − due).
 
 Prints a summary and writes a JSON result to benchmarks/results/ (or --out). Needs the
 local stack and a migrated database.
@@ -70,11 +70,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from summary import percentile, summarize
 
 from cluster import DelayClient, Job
-from cluster.cli.top import Buckets, merge_buckets, quantile
 from cluster.connections.kafka_conn import make_admin, make_consumer, start_client
 from cluster.connections.redis_conn import RedisClient, open_redis
 from cluster.devstack.databases import create_cluster_database, drop_cluster_database
 from cluster.devstack.nodes import NodeProcess, free_port
+from cluster.observe.snapshot import Buckets, merge_buckets, quantile
 from cluster.settings.config import SECRET_SETTINGS, Settings
 from cluster.store.sql import parse_mysql_url
 

@@ -78,9 +78,9 @@ What the numbers mean (benchmarks/summary.py computes them the same way for all)
               histograms delayq_stage_seconds (move: due → moved to ready, claim: moved
               → claimed, publish: claimed → broker ack) and delayq_fire_lateness_seconds
               (due → broker ack), interpolated within buckets as histogram_quantile
-              does (cluster/cli/top.py); then from the records: fired_ms (Redis clock at the
-              claim), the Kafka timestamp (appended by the producer) and the receive
-              time, each − due. Every row is measured from due on its own, so the
+              does (cluster/observe/snapshot.py); then from the records: fired_ms (Redis
+              clock at the claim), the Kafka timestamp (appended by the producer) and the
+              receive time, each − due. Every row is measured from due on its own, so the
               stages' quantiles do not add up; the floor's due → broker ack and due →
               received stand beside them.
 Runs that lose jobs say so (missing); a run that gives up waits 120 s + 1 ms per job

@@ -21,17 +21,16 @@ from rich.console import Console
 
 from actors.histogram import LATENESS_BUCKETS_S
 from cluster import DelayClient, Job
-from cluster.cli.top import (
+from cluster.cli.top import busiest_slots, render
+from cluster.devstack.nodes import settings_env
+from cluster.observe.snapshot import (
     Scrape,
     bucket_increase,
     build_snapshot,
-    busiest_slots,
     increase,
     parse_scrape,
     quantile,
-    render,
 )
-from cluster.devstack.nodes import settings_env
 from cluster.observe.status import ClusterStatus, SlotStatus
 from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for

@@ -6,7 +6,7 @@ May import: cluster.errors, cluster.settings, cluster.connections, cluster.model
 cluster.store.
 
 - ``status``: ``delayq cluster status``'s reading of Redis and ZooKeeper
-- ``snapshot``: ``Snapshot`` of the cluster from the nodes' /metrics (``delayq top``, the
-  console's charts, the node's sampler)
+- ``snapshot``: ``Snapshot`` of the cluster, the status with each node's /metrics, and
+  ``SnapshotReader``, which takes them (``delayq top``, the web console's charts)
 - ``node_check``: ``delayq node --check``
 """

@@ -1,9 +1,10 @@
 """The cluster's figures over time, for the console's charts.
 
-A sampler takes a `delayq top` snapshot (cluster/cli/top.py: ZooKeeper, Redis and each
-node's /metrics) every SAMPLE_EVERY_S while someone is looking, and keeps the last
-HISTORY_POINTS of them, so a console opened now shows the last minutes at once. It
-starts with the first request for the figures and stops after IDLE_STOP_S without one.
+A sampler takes a snapshot of the cluster (cluster/observe/snapshot.py, as `delayq top`
+does: ZooKeeper, Redis and each node's /metrics) every SAMPLE_EVERY_S while someone is
+looking, and keeps the last HISTORY_POINTS of them, so a console opened now shows the last
+minutes at once. It starts with the first request for the figures and stops after
+IDLE_STOP_S without one.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from cluster.cli.top import SCRAPE_TIMEOUT_S, Snapshot, Top
+from cluster.observe.snapshot import SCRAPE_TIMEOUT_S, Snapshot, SnapshotReader
 from cluster.settings.config import Settings
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ class Point:
 
 class StatsSampler:
     def __init__(self, settings: Settings) -> None:
-        self.top = Top(settings)
+        self.reader = SnapshotReader(settings)
         self.points: deque[Point] = deque(maxlen=HISTORY_POINTS)
         self.latest: Snapshot | None = None
         self.error: str | None = None  # why the latest sample failed
@@ -72,11 +73,11 @@ class StatsSampler:
                 await self._sample(http)
                 self._first.set()
                 await asyncio.sleep(SAMPLE_EVERY_S)
-        await self.top.close()
+        await self.reader.close()
 
     async def _sample(self, http: aiohttp.ClientSession) -> None:
         try:
-            snapshot = await self.top.snapshot(http)
+            snapshot = await self.reader.snapshot(http)
         except Exception as exc:  # ZooKeeper or Redis down: say so, sample again later
             self.error = f"{type(exc).__name__}: {exc}"
             log.warning("cluster figures unavailable: %s", self.error)
@@ -103,4 +104,4 @@ class StatsSampler:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self.top.close()
+        await self.reader.close()

@@ -1,0 +1,25 @@
+"""`delayq services`: the local development stack (cluster/devstack), imported only when
+this command runs; it needs no settings."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def services(args: argparse.Namespace) -> int:
+    try:
+        from cluster.devstack import stack
+    except ImportError as exc:  # psutil comes with the local extra only
+        print(
+            f"delayq services: {exc.name} is not installed: pip install 'delayq[local]'",
+            file=sys.stderr,
+        )
+        return 1
+    return stack.run(
+        args.action,
+        purge=args.purge,
+        redis_cluster=args.redis_cluster,
+        replicas=args.replicas,
+        secure=args.secure,
+    )

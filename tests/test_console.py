@@ -62,7 +62,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-CONSOLE = ROOT / "web" / "console"
+CONSOLE = ROOT / "cluster" / "web" / "console"
 SCREENSHOTS = ROOT / "docs" / "img"
 WRITE_SCREENSHOTS = os.environ.get("DELAYQ_WRITE_SCREENSHOTS") == "1"
 WAIT_S = 60.0

@@ -26,7 +26,7 @@ from cluster.store.mysql_store import MySQLStore
 from cluster.store.retention import prune, prune_batches
 from cluster.store.rows import Outcome
 from tests.forwarder import Forwarder, free_port
-from tests.test_supervisor import until
+from tests.unit.test_supervisor import until
 
 WEEK_S = 7 * 86400
 # Which jobs the test makes: kind → (status it ends in, old?).

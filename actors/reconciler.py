@@ -2,8 +2,8 @@
 and those Redis lost.
 
 Redis holds only the near future (tiering): a job due more than `redis_horizon_ms`
-ahead is written to MySQL alone (cluster/client/delay_client.py), and the reconciler of the node
-owning its slot loads it when it comes within horizon/2. Per slot it remembers up to
+ahead is written to MySQL alone (cluster/client/job_writer.py), and the reconciler of
+the node owning its slot loads it when it comes within horizon/2. Per slot it remembers up to
 which due time everything was loaded ("loaded until"); every horizon/4 it reads the
 rows due between that point and now + horizon/2 and moves the point on. A producer
 writes to Redis any job due within the horizon of the moment its MySQL commit

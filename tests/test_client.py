@@ -18,7 +18,6 @@ from cluster import (
     Job,
     JobStatus,
     RescheduleResult,
-    sql,
 )
 from cluster.connections.redis_conn import RedisClient
 from cluster.errors import SchemaError
@@ -27,6 +26,7 @@ from cluster.model.jobs import now_ms, validate_job
 from cluster.model.keys import slot_of
 from cluster.scripts.facade import NewJob
 from cluster.settings.config import Settings
+from cluster.store import sql
 from cluster.store.rows import Outcome
 
 

@@ -5,7 +5,9 @@ helpers downstream consumers use. ``from cluster import DelayClient`` is its fro
 May import: cluster.errors, cluster.settings, cluster.connections, cluster.model,
 cluster.store, cluster.scripts.
 
-- ``delay_client``: ``DelayClient``
+- ``delay_client``: ``DelayClient``, the facade producers call
+- ``job_writer``: the write path of new jobs (validation of a batch, MySQL, then Redis)
+- ``job_changes``: cancel and reschedule, and the answers they give
 - ``recurring``: recurring schedules (``RecurringSchedule``)
 - ``dead_letters``: dead letters: list, replay, purge (``DeadJob``)
 - ``job_json``: jobs, records and dead letters as JSON

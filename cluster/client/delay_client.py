@@ -1,7 +1,7 @@
-"""The producer API: schedule, schedule_many, cancel, reschedule, get, the dead
-letters (dead_letters, dead_job, replay_dead, purge_dead: cluster/client/dead_letters.py), and
-recurring schedules (schedule_recurring, recurring, remove_recurring:
-cluster/client/recurring.py).
+"""The producer API, DelayClient: schedule, schedule_many, cancel, reschedule, get, the
+dead letters (dead_letters, dead_job, replay_dead, purge_dead:
+cluster/client/dead_letters.py), and recurring schedules (schedule_recurring, recurring,
+remove_recurring: cluster/client/recurring.py).
 
     from cluster.client.delay_client import DelayClient
 
@@ -10,25 +10,31 @@ cluster/client/recurring.py).
 
 Every write goes to MySQL first (committed), then to Redis through a Lua script, so a
 job Redis knows is always a job MySQL knows. Bad input raises InvalidJob before
-anything is written.
+anything is written. This class checks arguments and hands the work on: new jobs to
+JobWriter (cluster/client/job_writer.py), cancel and reschedule to JobChanges
+(cluster/client/job_changes.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import os
 import socket
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
-
-import pymysql
-import redis.exceptions
+from typing import Any
 
 from cluster.client.dead_letters import DeadJob, DeadLetters
+from cluster.client.job_changes import JobChanges
+from cluster.client.job_writer import (
+    MAX_BATCH,
+    UNREACHABLE,
+    JobWriter,
+    Scheduled,
+    first_of_each_id,
+    schedule_in_transaction,
+    validated,
+)
 from cluster.client.recurring import (
     RecurringSchedule,
     RecurringSchedules,
@@ -37,33 +43,22 @@ from cluster.client.recurring import (
 )
 from cluster.connections.redis_conn import RedisClient, open_redis
 from cluster.errors import (
-    CommitUnknown,
     InvalidJob,
     OutcomeUnknown,
     RedisStepFailed,
-    ReplicationUnconfirmed,
-    SlotsFailed,
     StoreMismatch,
     StoreUnavailable,
 )
-from cluster.model.changes import CancelResult, ChangeResult, ChangeStatus, RescheduleResult
-from cluster.model.contract import WAITING_STATUSES, AddCode, ChangeCode, JobStatus
-from cluster.model.jobs import (
-    Job,
-    ValidJob,
-    check_job_id,
-    check_topic,
-    due_ms_of,
-    now_ms,
-    validate,
-    validate_job,
-)
-from cluster.model.keys import KeySpace, slot_of
-from cluster.scripts.facade import NewJob, Scripts
+from cluster.model.changes import CancelResult, ChangeStatus, RescheduleResult
+from cluster.model.contract import JobStatus
+from cluster.model.jobs import Job, ValidJob, check_job_id, check_topic, due_ms_of, validate
+from cluster.model.keys import KeySpace
+from cluster.scripts.facade import Scripts
 from cluster.settings.config import Settings
 from cluster.store.mysql_store import JobRecord, MySQLStore
 
 __all__ = [
+    "MAX_BATCH",
     "CancelResult",
     "ChangeStatus",
     "DeadJob",
@@ -81,51 +76,7 @@ __all__ = [
     "StoreUnavailable",
 ]
 
-
-# As plain ints: PyMySQL would quote an IntEnum parameter as a string.
-_WAITING_PARAMS = tuple(int(status) for status in WAITING_STATUSES)
-MAX_BATCH = 100_000
-# Pauses before adding again a job whose add met a cancel's tombstone (_add_refused_again).
-REFUSED_RETRY_PAUSES_S = (0.01, 0.05, 0.15, 0.3)
-# Pauses before trying a cancel or reschedule again when the job changed state under it
-# (a tombstone of a concurrent cancel refused the reschedule's add, for one).
-CHANGE_RETRY_PAUSES_S = REFUSED_RETRY_PAUSES_S
-# Pauses before adding again the jobs of slots whose Redis node failed (a Redis Cluster
-# master failing over): about as long as a failover takes with cluster-node-timeout 2 s.
-FAILED_SLOT_RETRY_PAUSES_S = (0.1, 0.3, 0.6, 1.0, 2.0)
-# A job due this much beyond payload_lead_ms (this process's clock) goes to the add
-# script without its tail, which the script would drop anyway: the tail is not even made.
-# Should Redis's clock be that far ahead, the job is stored lean all the same (a lean
-# envelope is the header with an empty tail) and fires with its tail read from MySQL.
-LEAN_MARGIN_MS = 1000
-# MySQL errors of a statement naming a table this connection cannot write: no such
-# table (another server), no INSERT privilege, no access to the database.
-_NOT_REACHABLE_HERE = (1146, 1142, 1044, 1049)
-# What a MySQL connection that cannot be made or broke raises.
-_UNREACHABLE = (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError)
-
-
-_Result = TypeVar("_Result", bound=ChangeResult)
-# The answer when the Redis step found the job beyond change.
-_REFUSED_BY = {
-    ChangeCode.IN_FLIGHT: ChangeStatus.IN_FLIGHT,
-    ChangeCode.DEAD: ChangeStatus.DEAD,
-    ChangeCode.EXPIRED: ChangeStatus.EXPIRED,
-}
-# The answer when MySQL holds the job in a final status.
-_ANSWER_OF_STATUS = {
-    JobStatus.CANCELLED: ChangeStatus.CANCELLED,
-    JobStatus.DEAD: ChangeStatus.DEAD,
-    JobStatus.EXPIRED: ChangeStatus.EXPIRED,
-}
-
-
-@dataclass(frozen=True)
-class Scheduled:
-    """One job of schedule_batch(): its id, and whether that call created it."""
-
-    job_id: str
-    created: bool
+_NOT_OPEN = "DelayClient is not open: use `async with` or await open()"
 
 
 class DelayClient:
@@ -137,6 +88,9 @@ class DelayClient:
         self.mysql = MySQLStore(settings, f"client:{socket.gethostname()}-{os.getpid()}")
         self._redis: RedisClient | None = None
         self._scripts: Scripts | None = None
+        # The parts below exist while the client is open (they need its Redis scripts).
+        self._writer: JobWriter | None = None
+        self._changer: JobChanges | None = None
         self._dead: DeadLetters | None = None
         self._recurring: RecurringSchedules | None = None
 
@@ -157,6 +111,8 @@ class DelayClient:
             wait_timeout_ms=self.settings.redis_wait_timeout_ms,
             payload_lead_ms=self.settings.payload_lead_ms,
         )
+        self._writer = JobWriter(self.settings, self.mysql, self._scripts)
+        self._changer = JobChanges(self.settings, self.mysql, self._scripts)
         self._dead = DeadLetters(self.settings, self._scripts, self.mysql)
         self._recurring = RecurringSchedules(self.settings, self.mysql, self.cancel)
 
@@ -165,7 +121,7 @@ class DelayClient:
             await self.mysql.close()
         finally:
             redis, self._redis, self._scripts, self._dead = self._redis, None, None, None
-            self._recurring = None
+            self._writer, self._changer, self._recurring = None, None, None
             if redis is not None:
                 await redis.aclose()
 
@@ -184,10 +140,22 @@ class DelayClient:
     @property
     def scripts(self) -> Scripts:
         if self._scripts is None:
-            raise RuntimeError("DelayClient is not open: use `async with` or await open()")
+            raise RuntimeError(_NOT_OPEN)
         return self._scripts
 
-    # ----- schedule ------------------------------------------------------------------
+    @property
+    def _writes(self) -> JobWriter:
+        if self._writer is None:
+            raise RuntimeError(_NOT_OPEN)
+        return self._writer
+
+    @property
+    def _changes(self) -> JobChanges:
+        if self._changer is None:
+            raise RuntimeError(_NOT_OPEN)
+        return self._changer
+
+    # ----- schedule (cluster/client/job_writer.py) -------------------------------------
 
     async def schedule(
         self,
@@ -221,7 +189,7 @@ class DelayClient:
             settings=self.settings,
             expires_after=expires_after,
         )
-        await self._store([job], keyed={job.job_id} if job_id is not None else set())
+        await self._writes.store([job], keyed={job.job_id} if job_id is not None else set())
         return job.job_id
 
     async def schedule_many(self, jobs: Sequence[Job | Mapping[str, Any]]) -> list[str]:
@@ -230,10 +198,10 @@ class DelayClient:
         Each job is a Job or a mapping with schedule()'s argument names. If any job is
         invalid, InvalidJob names it and nothing is scheduled.
         """
-        valid, keyed = self._validated(jobs)
-        unique = _first_of_each_id(valid)
+        valid, keyed = validated(jobs, self.settings)
+        unique = first_of_each_id(valid)
         if unique:
-            await self._store(unique, keyed)
+            await self._writes.store(unique, keyed)
         return [job.job_id for job in valid]
 
     async def schedule_batch(self, jobs: Sequence[Job | Mapping[str, Any]]) -> list[Scheduled]:
@@ -244,33 +212,16 @@ class DelayClient:
         `created` is False for a job a concurrent call with the same id stored at the
         same moment: of two such calls, at most one says True.
         """
-        valid, keyed = self._validated(jobs)
+        valid, keyed = validated(jobs, self.settings)
         return await self.schedule_validated(valid, keyed)
 
     async def schedule_validated(self, valid: list[ValidJob], keyed: set[str]) -> list[Scheduled]:
         """schedule_batch() of jobs already validated (cluster.model.jobs.validate_job), with
         `keyed` the ids their callers gave: for servers that validate each request on
         its own and store many requests' jobs together (cluster/web/batcher.py)."""
-        unique = _first_of_each_id(valid)
-        created: set[str] = set()
-        if unique:
-            try:
-                existing = set(await self.mysql.get_many(sorted(keyed))) if keyed else set()
-            except _UNREACHABLE as exc:
-                raise StoreUnavailable(
-                    f"MySQL is unreachable, nothing was scheduled: {exc}"
-                ) from exc
-            new = [job.job_id for job in unique if job.job_id not in existing]
-            inserted = await self._store(unique, keyed)
-            if inserted is None or inserted == len(new):
-                # Every absent id was inserted by this call (or, after a commit of
-                # unknown outcome, found there: that commit went through).
-                created.update(new)
-        results = []
-        for job in valid:
-            results.append(Scheduled(job.job_id, job.job_id in created))
-            created.discard(job.job_id)  # a repeat of an id in the batch is not new
-        return results
+        if not valid:
+            return []  # nothing to store
+        return await self._writes.schedule_validated(valid, keyed)
 
     async def schedule_in(
         self,
@@ -308,243 +259,19 @@ class DelayClient:
             settings=self.settings,
             expires_after=expires_after,
         )
-        if conn.get_autocommit():
-            raise InvalidJob(
-                "schedule_in() needs the caller's transaction: the connection is in "
-                "autocommit mode (call await conn.begin() first)"
-            )
-        if str(getattr(conn, "charset", "utf8mb4")) != "utf8mb4":
-            raise InvalidJob(
-                f"schedule_in() needs a connection with charset utf8mb4 (payloads and ids "
-                f"may hold any Unicode), this one has {conn.charset!r}"
-            )
-        try:
-            await self.mysql.insert_in_transaction(
-                conn, job, slot_of(job.job_id, self.settings.slots)
-            )
-        except pymysql.err.MySQLError as exc:
-            if exc.args and exc.args[0] in _NOT_REACHABLE_HERE:
-                raise StoreMismatch(
-                    f"delayq's tables ({self.mysql.database!r}) cannot be written through "
-                    f"this connection: it must reach the MySQL server of mysql_url, as a "
-                    f"user allowed to INSERT into them: {exc}"
-                ) from exc
-            raise
+        # Works on a client that is not open: the write uses the caller's connection.
+        await schedule_in_transaction(self.mysql, conn, job)
         return job.job_id
 
-    def _validated(
-        self, jobs: Sequence[Job | Mapping[str, Any]]
-    ) -> tuple[list[ValidJob], set[str]]:
-        """The jobs validated, and the ids their callers gave (InvalidJob names the
-        first bad job)."""
-        if isinstance(jobs, str | bytes | Mapping) or not isinstance(jobs, Sequence):
-            raise InvalidJob("schedule_many() takes a list of jobs")
-        if len(jobs) > MAX_BATCH:
-            raise InvalidJob(f"schedule_many() takes at most {MAX_BATCH} jobs per call")
-        now = now_ms()
-        valid: list[ValidJob] = []
-        keyed: set[str] = set()
-        for index, job in enumerate(jobs):
-            try:
-                checked = validate_job(job, self.settings, now)
-            except InvalidJob as exc:
-                raise InvalidJob(f"job {index}: {exc}") from None
-            valid.append(checked)
-            given_id = job.job_id if isinstance(job, Job) else job.get("job_id")
-            if given_id is not None:
-                keyed.add(checked.job_id)
-        return valid, keyed
-
-    async def _store(self, jobs: list[ValidJob], keyed: set[str]) -> int | None:
-        """MySQL first (committed), then the add script for every slot in one pipeline.
-        Returns how many rows were inserted (None: the commit's outcome was unclear, and
-        every row was found there afterwards)."""
-        slots = [slot_of(job.job_id, self.settings.slots) for job in jobs]
-        inserted: int | None = None
-        try:
-            inserted = await self.mysql.insert_jobs(jobs, slots)
-        except CommitUnknown as exc:
-            # Rows that are there were committed (the write is all or nothing); rows
-            # that are not may still be on their way, so that outcome stays unknown.
-            ids = [job.job_id for job in jobs]
-            unknown = OutcomeUnknown(
-                f"MySQL connection lost while committing; the job(s) may be scheduled: {exc}", ids
-            )
-            try:
-                rows = await self.mysql.get_many(ids)
-            except _UNREACHABLE:
-                raise unknown from exc
-            if len(rows) < len(jobs):
-                raise unknown from exc
-        except _UNREACHABLE as exc:
-            raise StoreUnavailable(f"MySQL is unreachable, nothing was scheduled: {exc}") from exc
-        else:
-            rows = {}
-            if inserted == len(jobs):
-                keyed = set()  # every row is new: none to read back (see _add_committed)
-        try:
-            await self._add_committed(jobs, slots, keyed, rows)
-        except (*_UNREACHABLE, redis.exceptions.RedisError, TimeoutError) as exc:
-            # Committed: the owning nodes re-add them from MySQL (actors/reconciler.py).
-            raise RedisStepFailed(
-                f"the job(s) are committed in MySQL and will fire, possibly late (their "
-                f"nodes re-add them from MySQL within seconds), but the step that adds "
-                f"them to Redis failed: {type(exc).__name__}: {exc}",
-                [job.job_id for job in jobs],
-            ) from exc
-        return inserted
-
-    async def _add_committed(
-        self,
-        jobs: list[ValidJob],
-        slots: list[int],
-        keyed: set[str],
-        rows: dict[str, JobRecord],
-    ) -> None:
-        """The Redis step of _store, for jobs MySQL has committed; `rows` are rows
-        already read (after an unclear commit)."""
-        if keyed and not rows:
-            # A caller's job_id may already exist: Redis must get the row MySQL kept,
-            # and nothing if that job has fired, was cancelled or is dead.
-            rows = await self.mysql.get_many(sorted(keyed))
-        # Jobs due beyond the horizon stay in MySQL alone; the owning node loads them.
-        # Judged after the commit, so a row a node's load pass could not see yet is
-        # always added here (actors/reconciler.py).
-        now = now_ms()
-        horizon_end = now + self.settings.redis_horizon_ms
-        lead = self.settings.payload_lead_ms
-        lean_after = now + lead + LEAN_MARGIN_MS if lead else horizon_end
-        by_slot: dict[int, list[NewJob]] = defaultdict(list)
-        for slot, job in zip(slots, jobs, strict=True):
-            row = rows.get(job.job_id)
-            if row is None:
-                if job.due_ms < horizon_end:
-                    tail = job.tail if job.due_ms <= lean_after else b""
-                    by_slot[slot].append(
-                        NewJob(job.job_id, job.due_ms, job.max_attempts, tail, job.expires_after_ms)
-                    )
-            elif row.status in WAITING_STATUSES and row.due_ms < horizon_end:
-                by_slot[slot].append(NewJob.from_record(row))
-        if by_slot:
-            await self._add_refused_again(by_slot, await self._add_retrying(by_slot))
-
-    async def _add_retrying(
-        self, by_slot: dict[int, list[NewJob]]
-    ) -> dict[int, tuple[bool, list[AddCode]]]:
-        """add_many, adding again the slots whose run failed while the others' stand
-        (one failing Redis node never holds back the rest). Raises RedisStepFailed naming
-        the jobs of the slots that still failed after FAILED_SLOT_RETRY_PAUSES_S."""
-        results: dict[int, tuple[bool, list[AddCode]]] = {}
-        todo = by_slot
-        for pause_s in (*FAILED_SLOT_RETRY_PAUSES_S, None):
-            try:
-                results.update(await self.scripts.add_many(todo))
-                return results
-            except SlotsFailed as exc:
-                results.update(exc.done)
-                todo = {slot: todo[slot] for slot in exc.failed}
-                if pause_s is None:
-                    raise RedisStepFailed(
-                        f"the job(s) are committed in MySQL and will fire, possibly late "
-                        f"(their nodes re-add them from MySQL within seconds), but adding "
-                        f"them to Redis failed for {len(exc.failed)} slot(s): {exc}",
-                        [job.job_id for jobs in todo.values() for job in jobs],
-                    ) from exc
-                await asyncio.sleep(pause_s)
-        raise AssertionError("unreachable")
-
-    async def _add_refused_again(
-        self,
-        by_slot: dict[int, list[NewJob]],
-        results: dict[int, tuple[bool, list[AddCode]]],
-    ) -> None:
-        """A job whose add was refused though MySQL has its row waiting met the
-        tombstone of a cancel that is still deciding (see cancel()): one that finds no
-        row of it takes the tombstone back a round trip later, and the job must then be
-        added to fire on time; one that finds the row cancels it. So: add again, a few
-        times over about half a second, while the row is waiting. Never past a
-        tombstone, so a job cancelled in MySQL stays out of Redis."""
-        refused = {
-            job.job_id: (slot, job)
-            for slot, jobs in by_slot.items()
-            for job, code in zip(jobs, results[slot][1], strict=True)
-            if code == AddCode.REFUSED
-        }
-        for pause_s in REFUSED_RETRY_PAUSES_S:
-            if not refused:
-                return
-            await asyncio.sleep(pause_s)
-            rows = await self.mysql.get_many(list(refused))
-            retry: dict[int, list[NewJob]] = defaultdict(list)
-            for job_id, (slot, job) in refused.items():
-                row = rows.get(job_id)
-                if row is not None and row.status in WAITING_STATUSES:
-                    retry[slot].append(job)
-            again = await self._add_retrying(retry) if retry else {}
-            refused = {
-                job.job_id: (slot, job)
-                for slot, jobs in retry.items()
-                for job, code in zip(jobs, again[slot][1], strict=True)
-                if code == AddCode.REFUSED
-            }
-
-    # ----- cancel / reschedule / get -------------------------------------------------
+    # ----- cancel, reschedule (cluster/client/job_changes.py), get ----------------------
 
     async def cancel(self, job_id: str) -> CancelResult:
         """Cancel a job. The result is true (status CANCELLED) when the job will never
         fire, also when it was cancelled before; otherwise its status says why not:
         NOT_FOUND, ALREADY_FIRED (with fired_ms and attempt when recorded), IN_FLIGHT
         (being published: it fires), DEAD or EXPIRED."""
-        job_id = check_job_id(job_id)
-        slot = slot_of(job_id, self.settings.slots)
-        for pause_s in (*CHANGE_RETRY_PAUSES_S, None):
-            result = await self._cancel_once(job_id, slot)
-            if result is not None:
-                return result
-            if pause_s is not None:
-                await asyncio.sleep(pause_s)
-        raise OutcomeUnknown(
-            f"cancel of {job_id!r}: the job kept changing state while it was cancelled "
-            "(scheduled, replayed or fired meanwhile); calling cancel again is safe",
-            [job_id],
-        )
-
-    async def _cancel_once(self, job_id: str, slot: int) -> CancelResult | None:
-        """One try of cancel(); None when the job changed state under it (try again)."""
-        doubt: ReplicationUnconfirmed | None = None
-        try:
-            redis_step = await self.scripts.cancel(slot, job_id, self.settings.marker_retention_ms)
-        except ReplicationUnconfirmed as exc:
-            redis_step, doubt = exc.result, exc
-        if redis_step.code not in (ChangeCode.CHANGED, ChangeCode.ABSENT):
-            return await self._refused(CancelResult, job_id, redis_step.code)
-        # A tombstone now refuses a late add of it (e.g. a schedule still on its way).
-        changed = await self.mysql.set_status(
-            job_id, JobStatus.CANCELLED, slot, from_statuses=_WAITING_PARAMS
-        )
-        if changed or redis_step.code == ChangeCode.CHANGED:
-            _check_confirmed("cancel", job_id, doubt)
-            return CancelResult(job_id, ChangeStatus.CANCELLED)
-        # Not in Redis, and MySQL has no waiting row of it (none at all, or one fired,
-        # cancelled, dead or expired): nothing is cancelled, so the tombstone has
-        # nothing to guard and would only refuse a schedule (or dead-letter replay) of
-        # this id for marker_retention_ms, which then fired that much late.
-        # Interleavings with a schedule S of the id (S1: its MySQL commit, S2: its Redis
-        # add), this cancel being C1: tombstone, C2: the UPDATE above, C3: untomb:
-        # - S1 before C2: C2 found the row and cancelled it; we are not here, and the
-        #   tombstone refuses S2 if it comes after C1 (S2 before C1: C1 removed the job).
-        #   This is the race the tombstone exists for, and it stays closed.
-        # - S1 after C2: the job did not exist yet when C2 ran. S2 after C3 adds it. S2
-        #   before C3 is refused, and S adds it again once C3 took the tombstone back
-        #   (_add_refused_again). The row read below is then waiting, and the cancel is
-        #   tried again, now with the job there.
-        # Untomb takes back only this cancel's tombstone and restores the one it
-        # replaced: a concurrent cancel that did cancel the row keeps its own.
-        await self.scripts.untomb(slot, job_id, redis_step)
-        result = await self._answer_of_row(CancelResult, job_id, await self.mysql.get(job_id))
-        if result:
-            _check_confirmed("cancel", job_id, doubt)
-        return result
+        job_id = check_job_id(job_id)  # before the open check: bad input says so first
+        return await self._changes.cancel(job_id)
 
     async def reschedule(
         self,
@@ -560,94 +287,7 @@ class DelayClient:
         (being published: it fires at its old time), DEAD or EXPIRED."""
         job_id = check_job_id(job_id)
         due_ms = due_ms_of(delay, at, self.settings)
-        slot = slot_of(job_id, self.settings.slots)
-        for pause_s in (*CHANGE_RETRY_PAUSES_S, None):
-            result = await self._reschedule_once(job_id, slot, due_ms)
-            if result is not None:
-                return result
-            if pause_s is not None:
-                await asyncio.sleep(pause_s)
-        raise OutcomeUnknown(
-            f"reschedule of {job_id!r}: Redis refuses to add the job, which MySQL has "
-            "waiting with its new due time: a cancel of it is under way, or one failed "
-            "before MySQL recorded it (then the job comes back after marker_retention_ms "
-            "and fires at the new time); get() tells which, and calling reschedule again "
-            "is safe",
-            [job_id],
-        )
-
-    async def _reschedule_once(
-        self, job_id: str, slot: int, due_ms: int
-    ) -> RescheduleResult | None:
-        """One try of reschedule(); None when the job changed state under it or a
-        tombstone refused its add (try again)."""
-        done = RescheduleResult(job_id, ChangeStatus.RESCHEDULED, due_ms=due_ms)
-        doubt: ReplicationUnconfirmed | None = None
-        try:
-            code, _ = await self.scripts.reschedule(slot, job_id, due_ms)
-        except ReplicationUnconfirmed as exc:
-            (code, _), doubt = exc.result, exc
-        if code == ChangeCode.CHANGED:
-            await self.mysql.set_due(job_id, due_ms, slot)
-            _check_confirmed("reschedule", job_id, doubt)
-            return done
-        if code != ChangeCode.ABSENT:
-            return await self._refused(RescheduleResult, job_id, code)
-        # Not in Redis: its add may still be on the way, or Redis lost it. If MySQL says
-        # it is pending, record the new time and (re)add it; a concurrent add then
-        # finds it present and changes nothing.
-        if not await self.mysql.set_due(job_id, due_ms, slot):
-            return await self._answer_of_row(RescheduleResult, job_id, await self.mysql.get(job_id))
-        row = await self.mysql.get(job_id)
-        if row is None or row.status not in WAITING_STATUSES:
-            return await self._answer_of_row(RescheduleResult, job_id, row)
-        if due_ms >= now_ms() + self.settings.redis_horizon_ms:
-            return done  # beyond the horizon: the owning node loads it in time
-        _, [added] = await self.scripts.add(slot, [NewJob.from_record(row)])
-        if added == AddCode.ADDED:
-            return done
-        if added == AddCode.REFUSED:
-            # A tombstone (a cancel deciding) or the marker of a fire a moment ago.
-            return None
-        # Added meanwhile, perhaps with the old time.
-        try:
-            code, _ = await self.scripts.reschedule(slot, job_id, due_ms)
-        except ReplicationUnconfirmed as exc:
-            (code, _), doubt = exc.result, exc
-        if code == ChangeCode.CHANGED:
-            _check_confirmed("reschedule", job_id, doubt)
-            return done
-        if code == ChangeCode.ABSENT:
-            return None  # gone again: cancelled or fired meanwhile
-        return await self._refused(RescheduleResult, job_id, code)
-
-    async def _refused(self, kind: type[_Result], job_id: str, code: ChangeCode) -> _Result:
-        """The answer when the Redis step found the job beyond change (lua/cancel.lua,
-        lua/reschedule.lua)."""
-        if code == ChangeCode.FIRED:
-            return await self._fired(kind, job_id, None)
-        return kind(job_id, _REFUSED_BY[code])
-
-    async def _answer_of_row(
-        self, kind: type[_Result], job_id: str, row: JobRecord | None
-    ) -> _Result | None:
-        """The answer MySQL gives when Redis did not hold the job; None when the row is
-        waiting after all (it was scheduled or replayed meanwhile: try again)."""
-        if row is None:
-            return kind(job_id, ChangeStatus.NOT_FOUND)
-        if row.status == JobStatus.FIRED:
-            return await self._fired(kind, job_id, row)
-        if row.status in WAITING_STATUSES:
-            return None
-        return kind(job_id, _ANSWER_OF_STATUS[row.status])
-
-    async def _fired(self, kind: type[_Result], job_id: str, row: JobRecord | None) -> _Result:
-        """ALREADY_FIRED, with the time and attempt of the fire the node recorded."""
-        fired = await self.mysql.fired_at(job_id)
-        if fired is not None:
-            return kind(job_id, ChangeStatus.ALREADY_FIRED, fired_ms=fired[0], attempt=fired[1])
-        attempt = row.attempts if row is not None and row.attempts else None
-        return kind(job_id, ChangeStatus.ALREADY_FIRED, attempt=attempt)
+        return await self._changes.reschedule(job_id, due_ms)
 
     async def get(self, job_id: str) -> JobRecord | None:
         """The durable record of a job (status, due time, attempts), or None.
@@ -681,7 +321,7 @@ class DelayClient:
     @property
     def _dead_letters(self) -> DeadLetters:
         if self._dead is None:
-            raise RuntimeError("DelayClient is not open: use `async with` or await open()")
+            raise RuntimeError(_NOT_OPEN)
         return self._dead
 
     async def dead_letters(self, *, topic: str | None = None, limit: int = 100) -> list[DeadJob]:
@@ -718,7 +358,7 @@ class DelayClient:
     @property
     def _schedules(self) -> RecurringSchedules:
         if self._recurring is None:
-            raise RuntimeError("DelayClient is not open: use `async with` or await open()")
+            raise RuntimeError(_NOT_OPEN)
         return self._recurring
 
     async def schedule_recurring(
@@ -771,7 +411,7 @@ class DelayClient:
         )
         try:
             return await self._schedules.put(definition)
-        except _UNREACHABLE as exc:
+        except UNREACHABLE as exc:
             raise StoreUnavailable(
                 f"MySQL is unreachable: the schedule {name!r} was not written (calling "
                 f"again is safe): {exc}"
@@ -792,29 +432,8 @@ class DelayClient:
         name = check_name(name)
         try:
             return await self._schedules.remove(name)
-        except _UNREACHABLE as exc:
+        except UNREACHABLE as exc:
             raise StoreUnavailable(
                 f"MySQL is unreachable: the schedule {name!r} was not removed (calling again "
                 f"is safe): {exc}"
             ) from exc
-
-
-def _first_of_each_id(jobs: list[ValidJob]) -> list[ValidJob]:
-    """The jobs without repeats of a job_id: the same id twice in one batch is one job."""
-    seen: set[str] = set()
-    unique: list[ValidJob] = []
-    for job in jobs:
-        if job.job_id not in seen:
-            seen.add(job.job_id)
-            unique.append(job)
-    return unique
-
-
-def _check_confirmed(change: str, job_id: str, doubt: ReplicationUnconfirmed | None) -> None:
-    """Raises ReplicationUnconfirmed for a change the replicas did not confirm."""
-    if doubt is not None:
-        raise ReplicationUnconfirmed(
-            f"{change} of {job_id!r} is done, but {doubt}: a Redis failover now could "
-            f"undo it; calling {change} again is safe and confirms it",
-            [job_id],
-        )

@@ -4,6 +4,8 @@ schedules, retention, and the versioned migrations (schema/, shipped as cluster.
 May import: cluster.errors, cluster.settings, cluster.model.
 
 - ``mysql_store``: ``MySQLStore``, the job table's reads and writes across shards
+- ``job_writes``: the SQL of the hot writes: new job rows, outcomes, history rows
+- ``listings``: expired jobs, a job's history, the outbox's oldest rows
 - ``sql``: connection URLs, time conversions, statements built as text, overlapped runs
 - ``rows``: a job row as a ``JobRecord``
 - ``migrations``: applying and checking schema/

@@ -39,7 +39,7 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aiomysql
 import pymysql
@@ -47,13 +47,35 @@ import pymysql
 from cluster.errors import SchemaError
 from cluster.settings.config import Settings
 
-if TYPE_CHECKING:
-    from cluster.store.mysql_store import MySQLStore
-
 MIGRATION_NAME = re.compile(r"(\d{3})_([a-z0-9_]+)\.sql")
 # A statement ends with ";" at the end of a line (as in every schema file so far).
 _STATEMENT_END = re.compile(r";[ \t]*(?:\r?\n|\Z)")
 LOCK_WAIT_S = 60
+
+
+class ShardedDatabase(Protocol):
+    """What migrating and checking need of a store (MySQLStore is one): its settings,
+    its connection pool, and the names of its databases and tables. A Protocol, so this
+    module needs nothing of the store's own module, which calls it."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def database(self) -> str: ...
+
+    @property
+    def pool(self) -> aiomysql.Pool: ...
+
+    def database_name(self, db_index: int) -> str: ...
+
+    def all_shards(self) -> list[tuple[int, int]]: ...
+
+    def shard_tables(self, shard: tuple[int, int]) -> tuple[str, str]: ...
+
+    def outbox_table(self, shard: tuple[int, int]) -> str: ...
+
+    def recurring_table(self, shard: tuple[int, int]) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -158,7 +180,7 @@ async def read_meta(cur: Any, database: str) -> dict[str, str]:
 
 
 async def apply_migrations(
-    store: MySQLStore, directory: Traversable | None = None
+    store: ShardedDatabase, directory: Traversable | None = None
 ) -> MigrationReport:
     """Create the shard databases and apply the migrations not yet applied to every
     shard, in order; record the layout. Running it again applies nothing."""
@@ -179,7 +201,9 @@ async def apply_migrations(
                     await cur.execute("SELECT RELEASE_LOCK(%s)", (lock,))
 
 
-async def _migrate(store: MySQLStore, cur: Any, migrations: list[Migration]) -> MigrationReport:
+async def _migrate(
+    store: ShardedDatabase, cur: Any, migrations: list[Migration]
+) -> MigrationReport:
     main = f"`{store.database}`"
     await cur.execute(
         f"CREATE TABLE IF NOT EXISTS {main}.delayq_meta ("
@@ -299,7 +323,7 @@ async def _record(
     )
 
 
-async def check_schema(store: MySQLStore, directory: Traversable | None = None) -> None:
+async def check_schema(store: ShardedDatabase, directory: Traversable | None = None) -> None:
     """Refuse a database that is not migrated, misses a migration this delayq knows, or
     was laid out for other settings (what nodes and producers check on open)."""
     migrations = load_migrations(directory)

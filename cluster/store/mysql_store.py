@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from importlib.resources.abc import Traversable
 from itertools import chain
 from typing import Any
@@ -25,7 +25,7 @@ from cluster.model.contract import WAITING_STATUSES, JobStatus
 from cluster.model.jobs import ValidJob, now_ms
 from cluster.model.keys import shard_of
 from cluster.settings.config import Settings
-from cluster.store import migrations, sql
+from cluster.store import job_writes, listings, migrations, sql
 from cluster.store.migrations import MigrationReport
 from cluster.store.rows import JOB_COLUMNS, JobRecord, Outcome, record_of_row
 from cluster.store.sql import ms_to_datetime
@@ -33,14 +33,8 @@ from cluster.store.sql import ms_to_datetime
 # Re-exported: the client, actors and tests import these from here.
 __all__ = ["CommitUnknown", "JobRecord", "MySQLStore", "Outcome", "SchemaError", "ms_to_datetime"]
 
-# Status literals of the SQL below, built once from the contract (cluster/model/contract.py).
-_FIRED = str(int(JobStatus.FIRED))
-_PENDING_FIELD = f",{int(JobStatus.PENDING)},"  # the status value of an inserted row
-_WAITING = sql.int_list(WAITING_STATUSES)  # not fired yet: pending or retrying
-# A fired outcome applies to a dead or expired row too: a job the reaper buried or
-# expired whose publish was acked late.
-_FIREABLE = sql.int_list((*WAITING_STATUSES, JobStatus.DEAD, JobStatus.EXPIRED))
-_EXPIRED = str(int(JobStatus.EXPIRED))
+# Not fired yet (pending or retrying), as SQL, built once from cluster/model/contract.py.
+_WAITING = sql.int_list(WAITING_STATUSES)
 
 
 class MySQLStore:
@@ -147,6 +141,10 @@ class MySQLStore:
             for t in range(self.settings.mysql_tables)
         ]
 
+    def _job_tables(self) -> list[str]:
+        """The job table of every shard, fully qualified."""
+        return [self.shard_tables(shard)[0] for shard in self.all_shards()]
+
     def _group(self, job_ids: Iterable[str]) -> dict[tuple[int, int], list[str]]:
         groups: dict[tuple[int, int], list[str]] = defaultdict(list)
         for job_id in job_ids:
@@ -185,7 +183,9 @@ class MySQLStore:
                 shard_of(job.job_id, self.settings.mysql_databases, self.settings.mysql_tables)
             ].append(index)
         async with self.pool.acquire() as conn:
-            statements = self._insert_statements(conn, jobs, slots, by_shard)
+            statements = job_writes.insert_statements(
+                conn, self.shard_tables, jobs, slots, by_shard
+            )
             # Several statements go in one transaction: all jobs of the call or none.
             # The first two are built up front to know whether there is a second.
             first, second = next(statements), next(statements, None)
@@ -216,8 +216,8 @@ class MySQLStore:
         async with conn.cursor() as cur:
             # Stamped in UTC like every delayq time, whatever the caller's session time
             # zone (CURRENT_TIMESTAMP, the columns' default, would follow it).
-            for statement in self._insert_statements(
-                conn, [job], [slot], {shard: [0]}, stamp_utc=True
+            for statement in job_writes.insert_statements(
+                conn, self.shard_tables, [job], [slot], {shard: [0]}, stamp_utc=True
             ):
                 await cur.execute(statement)
             await cur.execute(
@@ -239,7 +239,9 @@ class MySQLStore:
             ].append(index)
         quote = sql.quoter(conn)
         async with conn.cursor() as cur:
-            for statement in self._insert_statements(conn, jobs, slots, by_shard):
+            for statement in job_writes.insert_statements(
+                conn, self.shard_tables, jobs, slots, by_shard
+            ):
                 await cur.execute(statement)
             for shard, indexes in by_shard.items():
                 rows = (f"({quote(jobs[i].job_id)},{int(slots[i])})" for i in indexes)
@@ -251,27 +253,12 @@ class MySQLStore:
         self, slots: Sequence[int], limit: int
     ) -> dict[tuple[int, int], list[tuple[int, str, int]]]:
         """The oldest outbox rows (id, job_id, slot) of these slots, at most `limit` per
-        shard, by shard (only shards that have some). One statement for every shard (a
-        UNION ALL of one page per shard): a node polls the outbox often, and an idle
-        poll then costs one round trip, not one per shard."""
+        shard, by shard (only shards that have some), in one round trip
+        (listings.outbox_pages)."""
         if not slots:
             return {}
-        shards = self.all_shards()
-        listed = ",".join(str(int(slot)) for slot in slots)
-        pages = " UNION ALL ".join(
-            f"(SELECT {index} AS shard, id, job_id, slot FROM {self.outbox_table(shard)}"
-            f" WHERE slot IN ({listed}) ORDER BY id LIMIT {int(limit)})"
-            for index, shard in enumerate(shards)
-        )
-        async with self.pool.acquire() as conn, conn.cursor() as cur:
-            await cur.execute(pages)
-            rows = await cur.fetchall()
-        found: dict[tuple[int, int], list[tuple[int, str, int]]] = {}
-        for index, row_id, job_id, slot in rows:
-            found.setdefault(shards[int(index)], []).append((int(row_id), str(job_id), int(slot)))
-        for page in found.values():
-            page.sort()  # the order of a UNION's rows is not guaranteed
-        return found
+        tables = [(shard, self.outbox_table(shard)) for shard in self.all_shards()]
+        return await listings.outbox_pages(self.pool, tables, slots, limit)
 
     async def delete_outbox(self, shard: tuple[int, int], ids: Sequence[int]) -> None:
         if not ids:
@@ -279,48 +266,6 @@ class MySQLStore:
         listed = ",".join(str(int(i)) for i in ids)
         async with self.pool.acquire() as conn, conn.cursor() as cur:
             await cur.execute(f"DELETE FROM {self.outbox_table(shard)} WHERE id IN ({listed})")
-
-    def _insert_statements(
-        self,
-        conn: Any,
-        jobs: Sequence[ValidJob],
-        slots: Sequence[int],
-        by_shard: dict[tuple[int, int], list[int]],
-        stamp_utc: bool = False,
-    ) -> Iterator[str]:
-        """Multi-row INSERTs of the jobs (sql.multi_row). Built here rather than by the
-        driver, whose per-parameter escaping cost more than the database's work.
-        stamp_utc: set gmt_create and gmt_modified to UTC_TIMESTAMP(3) rather than
-        leaving them to the session's clock (a caller's connection, schedule_in)."""
-        quote = sql.quoter(conn)
-        times = sql.DatetimeLiterals()
-        stamps = ",UTC_TIMESTAMP(3),UTC_TIMESTAMP(3)" if stamp_utc else ""
-        stamp_columns = ", gmt_create, gmt_modified" if stamp_utc else ""
-        topics: dict[str, str] = {}
-
-        def rows(indexes: list[int]) -> Iterator[str]:
-            pending = _PENDING_FIELD  # a local: the row below is built once per job
-            for i in indexes:
-                job = jobs[i]
-                topic = topics.get(job.topic)
-                if topic is None:
-                    topic = topics[job.topic] = quote(job.topic)
-                expires = job.expires_after_ms
-                yield (
-                    f"({quote(job.job_id)},{topic},{quote(job.biz_id)},"
-                    f"{quote(job.biz_type)}{pending}{times.of(job.due_ms)},"
-                    f"{int(job.max_attempts)},{quote(job.payload_json.decode())},"
-                    f"{int(slots[i])},{'NULL' if expires is None else int(expires)}{stamps})"
-                )
-
-        for shard, indexes in by_shard.items():
-            table, _ = self.shard_tables(shard)
-            yield from sql.multi_row(
-                f"INSERT INTO {table} (job_id, topic, biz_id, biz_type, status, action_time,"
-                f" max_attempts, payload, slot, expires_after_ms{stamp_columns}) VALUES ",
-                rows(indexes),
-                " ON DUPLICATE KEY UPDATE job_id = job_id",
-            )
 
     async def get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
         found: dict[str, JobRecord] = {}
@@ -360,8 +305,9 @@ class MySQLStore:
                 (int(status), job_id, *from_statuses),
             )
             if changed:
-                await self._history(
-                    cur, sql.quoter(conn), history, [(job_id, int(status), 0, slot, note, now_ms())]
+                entry = (job_id, int(status), 0, slot, note, now_ms())
+                await job_writes.insert_history(
+                    cur, sql.quoter(conn), self.node_id, history, [entry]
                 )
         return bool(changed)
 
@@ -374,11 +320,9 @@ class MySQLStore:
                 (ms_to_datetime(due_ms), job_id),
             )
             if changed:
-                await self._history(
-                    cur,
-                    sql.quoter(conn),
-                    history,
-                    [(job_id, int(JobStatus.PENDING), 0, slot, "rescheduled", now_ms())],
+                entry = (job_id, int(JobStatus.PENDING), 0, slot, "rescheduled", now_ms())
+                await job_writes.insert_history(
+                    cur, sql.quoter(conn), self.node_id, history, [entry]
                 )
         return bool(changed)
 
@@ -453,35 +397,11 @@ class MySQLStore:
     async def expired_page(self, topic: str | None, limit: int) -> list[JobRecord]:
         """The jobs that expired most recently (of one topic), newest first, at most
         limit; walks the (status, gmt_modified) index of every shard (migration 003)."""
-        by_topic = "" if topic is None else " AND topic = %s"
-        params: tuple[Any, ...] = () if topic is None else (topic,)
-        found: list[JobRecord] = []
-        async with self.pool.acquire() as conn, conn.cursor() as cur:
-            for shard in self.all_shards():
-                table, _ = self.shard_tables(shard)
-                await cur.execute(
-                    f"SELECT {JOB_COLUMNS} FROM {table} WHERE status = {_EXPIRED}{by_topic}"
-                    " ORDER BY gmt_modified DESC LIMIT %s",
-                    (*params, limit),
-                )
-                found += [record_of_row(row) for row in await cur.fetchall()]
-        found.sort(key=lambda record: (-record.modified_ms, record.job_id))
-        return found[:limit]
+        return await listings.expired_page(self.pool, self._job_tables(), topic, limit)
 
     async def count_expired(self, topic: str | None) -> int:
         """How many jobs are expired (of one topic), in every shard."""
-        by_topic = "" if topic is None else " AND topic = %s"
-        params: tuple[Any, ...] = () if topic is None else (topic,)
-        count = 0
-        async with self.pool.acquire() as conn, conn.cursor() as cur:
-            for shard in self.all_shards():
-                table, _ = self.shard_tables(shard)
-                await cur.execute(
-                    f"SELECT COUNT(*) FROM {table} WHERE status = {_EXPIRED}{by_topic}", params
-                )
-                (counted,) = await cur.fetchone()
-                count += int(counted)
-        return count
+        return await listings.count_expired(self.pool, self._job_tables(), topic)
 
     # ----- node side -----------------------------------------------------------------------
 
@@ -489,9 +409,8 @@ class MySQLStore:
         """Apply journal entries from Redis: status, attempts, last error, and history.
 
         Idempotent: applying the same entries twice leaves the same rows (history may
-        repeat a line), so the recorder can retry after a crash. The hot statements are
-        built here as multi-row SQL (one escape per text value) because per-parameter
-        escaping in the driver cost more than the database work.
+        repeat a line), so the recorder can retry after a crash. The statements are
+        multi-row SQL built as text (cluster/store/job_writes.py).
         """
         by_shard: dict[tuple[int, int], list[Outcome]] = defaultdict(list)
         for outcome in outcomes:
@@ -502,78 +421,13 @@ class MySQLStore:
             quote = sql.quoter(conn)
             for shard, items in by_shard.items():
                 table, history = self.shard_tables(shard)
-                fired: dict[int, list[str]] = defaultdict(list)  # job ids by attempt
-                others: list[Outcome] = []
-                for o in items:
-                    if o.status == JobStatus.FIRED:
-                        fired[o.attempt].append(o.job_id)
-                    else:
-                        others.append(o)
-                for attempt, ids in fired.items():
-                    # Attempt 0: the ack of a job the reaper had expired, which does not
-                    # know the attempt (lua/ack.lua); the row's count stands.
-                    attempts = f", attempts = {int(attempt)}" if attempt else ""
-                    for statement in sql.multi_row(
-                        f"UPDATE {table} SET status = {_FIRED}{attempts} WHERE job_id IN (",
-                        map(quote, ids),
-                        f") AND status IN ({_FIREABLE})",
-                    ):
-                        await cur.execute(statement)
-                # In journal order: a job's "dead" comes before its "replayed".
-                if others:
-                    await cur.executemany(
-                        f"UPDATE {table} SET status = %s, attempts = %s, last_error = %s"
-                        f" WHERE job_id = %s AND status IN ({_WAITING}, %s)",
-                        [_status_change(o) for o in others],
-                    )
-                await self._history(
-                    cur,
-                    quote,
-                    history,
-                    [(o.job_id, int(o.status), o.attempt, o.slot, o.note, o.at_ms) for o in items],
-                )
-
-    async def _history(
-        self,
-        cur: Any,
-        quote: Callable[[str | None], str],
-        table: str,
-        rows: Sequence[tuple[str, int, int, int, str, int]],
-    ) -> None:
-        """Insert history rows (job_id, status, attempt, slot, note, at_ms)."""
-        node = quote(self.node_id)
-        values = (
-            f"({quote(job_id)},{int(status)},{int(attempt)},{node},{int(slot)},"
-            f"FROM_UNIXTIME({at_ms // 1000}.{at_ms % 1000:03d}),{quote(note[:1000] or None)})"
-            for job_id, status, attempt, slot, note, at_ms in rows
-        )
-        head = f"INSERT INTO {table} (job_id, status, attempt, node, slot, at, note) VALUES "
-        for statement in sql.multi_row(head, values):
-            await cur.execute(statement)
+                await job_writes.apply_outcomes(cur, quote, table, items)
+                entries = [
+                    (o.job_id, int(o.status), o.attempt, o.slot, o.note, o.at_ms) for o in items
+                ]
+                await job_writes.insert_history(cur, quote, self.node_id, history, entries)
 
     async def history(self, job_id: str) -> list[dict[str, Any]]:
         """A job's status changes, oldest first."""
         _, history = self.tables_of(job_id)
-        async with self.pool.acquire() as conn, conn.cursor(aiomysql.DictCursor) as cur:
-            await cur.execute(
-                f"SELECT status, attempt, node, slot, at, note FROM {history}"
-                " WHERE job_id = %s ORDER BY id",
-                (job_id,),
-            )
-            return list(await cur.fetchall())
-
-
-def _status_change(outcome: Outcome) -> tuple[int, int, str | None, str, int]:
-    """Parameters of the UPDATE for a retrying, dead, expired or replayed outcome:
-    status, attempts, last error, job id, and the third status the row may be in besides
-    the waiting ones (pending, retrying). A replay (to pending) applies to a dead row and
-    clears the last error; retrying, dead and expired apply only to waiting rows."""
-    if outcome.status == JobStatus.PENDING:
-        return (int(JobStatus.PENDING), outcome.attempt, None, outcome.job_id, int(JobStatus.DEAD))
-    return (
-        int(outcome.status),
-        outcome.attempt,
-        outcome.note[:1000] or None,
-        outcome.job_id,
-        int(JobStatus.FIRING),
-    )
+        return await listings.history(self.pool, history, job_id)

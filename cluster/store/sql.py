@@ -2,7 +2,7 @@
 time conversions, SQL literals built by hand, and overlapped statement execution.
 
 Hot statements are built as text here rather than by the driver, because aiomysql's
-per-parameter escaping cost more than the database's work (see cluster/store/mysql_store.py).
+per-parameter escaping cost more than the database's work (see cluster/store/job_writes.py).
 """
 
 from __future__ import annotations

@@ -6,11 +6,8 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY cluster cluster
 COPY actors actors
-COPY ingress ingress
-COPY web web
 COPY lua lua
 COPY schema schema
-COPY devstack devstack
 RUN pip install --no-cache-dir . && rm -rf /src
 WORKDIR /
 USER nobody

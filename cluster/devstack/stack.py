@@ -325,10 +325,13 @@ def down(purge: bool = False, *, secure: bool = False) -> None:
         print(f"no secure stack under {stack_root(secure)}", flush=True)
         return
     stack = services(secure=secure)
+    asked = brokers.ask_kafka_nodes_to_stop(stack)
     for svc in reversed(stack):
         pid = processes.read_pid(svc)
         if pid is None:
             say(svc, "not running")
+        elif pid in asked and not processes.alive(pid):
+            say(svc, f"stopped (pid {pid})")
         elif not processes.is_ours(svc, pid):
             say(svc, f"not running (stale pid file: {pid})")
         else:

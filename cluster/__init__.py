@@ -14,7 +14,8 @@ tests/unit/test_layout.py enforces it): ``errors``, ``settings``, ``connections`
 scripts (``cluster.lua``) and SQL migrations (``cluster.schema``) are package data.
 """
 
-from cluster.client.delay_client import DeadJob, DelayClient, RecurringSchedule
+from cluster.client.dead_letters import DeadJob
+from cluster.client.delay_client import DelayClient
 from cluster.errors import (
     ConfigError,
     DelayqError,
@@ -30,6 +31,7 @@ from cluster.model.changes import CancelResult, ChangeResult, ChangeStatus, Resc
 from cluster.model.contract import JobStatus
 from cluster.model.jobs import Job
 from cluster.settings.config import Settings
+from cluster.store.recurring_store import RecurringSchedule
 from cluster.store.rows import JobRecord
 
 __all__ = [

@@ -21,6 +21,7 @@ import datetime as dt
 import os
 import socket
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -44,39 +45,31 @@ from cluster.client.recurring import (
 from cluster.connections.redis_conn import RedisClient, open_redis
 from cluster.errors import (
     InvalidJob,
-    OutcomeUnknown,
-    RedisStepFailed,
-    StoreMismatch,
     StoreUnavailable,
 )
-from cluster.model.changes import CancelResult, ChangeStatus, RescheduleResult
-from cluster.model.contract import JobStatus
+from cluster.model.changes import CancelResult, RescheduleResult
 from cluster.model.jobs import Job, ValidJob, check_job_id, check_topic, due_ms_of, validate
 from cluster.model.keys import KeySpace
 from cluster.scripts.facade import Scripts
 from cluster.settings.config import Settings
 from cluster.store.mysql_store import JobRecord, MySQLStore
 
-__all__ = [
-    "MAX_BATCH",
-    "CancelResult",
-    "ChangeStatus",
-    "DeadJob",
-    "DelayClient",
-    "InvalidJob",
-    "Job",
-    "JobRecord",
-    "JobStatus",
-    "OutcomeUnknown",
-    "RecurringSchedule",
-    "RedisStepFailed",
-    "RescheduleResult",
-    "Scheduled",
-    "StoreMismatch",
-    "StoreUnavailable",
-]
+__all__ = ["MAX_BATCH", "DelayClient", "Scheduled"]
 
 _NOT_OPEN = "DelayClient is not open: use `async with` or await open()"
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """What exists while the client is open: its Redis connection, the scripts on it,
+    and the parts that need them."""
+
+    redis: RedisClient
+    scripts: Scripts
+    writes: JobWriter
+    changes: JobChanges
+    dead_letters: DeadLetters
+    schedules: RecurringSchedules
 
 
 class DelayClient:
@@ -86,13 +79,7 @@ class DelayClient:
         self.settings = settings
         self.keys = KeySpace(settings.key_prefix)
         self.mysql = MySQLStore(settings, f"client:{socket.gethostname()}-{os.getpid()}")
-        self._redis: RedisClient | None = None
-        self._scripts: Scripts | None = None
-        # The parts below exist while the client is open (they need its Redis scripts).
-        self._writer: JobWriter | None = None
-        self._changer: JobChanges | None = None
-        self._dead: DeadLetters | None = None
-        self._recurring: RecurringSchedules | None = None
+        self._opened: _Opened | None = None
 
     @classmethod
     def from_env(cls, **overrides: Any) -> DelayClient:
@@ -100,30 +87,33 @@ class DelayClient:
         return cls(Settings.from_env().replace(**overrides))
 
     async def open(self) -> None:
-        if self._scripts is not None:
+        if self._opened is not None:
             return
         await self.mysql.open()
-        self._redis = await open_redis(self.settings)
-        self._scripts = Scripts(
-            self._redis,
+        redis = await open_redis(self.settings)
+        scripts = Scripts(
+            redis,
             self.keys,
             wait_replicas=self.settings.redis_wait_replicas,
             wait_timeout_ms=self.settings.redis_wait_timeout_ms,
             payload_lead_ms=self.settings.payload_lead_ms,
         )
-        self._writer = JobWriter(self.settings, self.mysql, self._scripts)
-        self._changer = JobChanges(self.settings, self.mysql, self._scripts)
-        self._dead = DeadLetters(self.settings, self._scripts, self.mysql)
-        self._recurring = RecurringSchedules(self.settings, self.mysql, self.cancel)
+        self._opened = _Opened(
+            redis,
+            scripts,
+            JobWriter(self.settings, self.mysql, scripts),
+            JobChanges(self.settings, self.mysql, scripts),
+            DeadLetters(self.settings, scripts, self.mysql),
+            RecurringSchedules(self.settings, self.mysql, self.cancel),
+        )
 
     async def close(self) -> None:
         try:
             await self.mysql.close()
         finally:
-            redis, self._redis, self._scripts, self._dead = self._redis, None, None, None
-            self._writer, self._changer, self._recurring = None, None, None
-            if redis is not None:
-                await redis.aclose()
+            opened, self._opened = self._opened, None
+            if opened is not None:
+                await opened.redis.aclose()
 
     async def __aenter__(self) -> DelayClient:
         await self.open()
@@ -138,22 +128,14 @@ class DelayClient:
         await self.close()
 
     @property
+    def _open(self) -> _Opened:
+        if self._opened is None:
+            raise RuntimeError(_NOT_OPEN)
+        return self._opened
+
+    @property
     def scripts(self) -> Scripts:
-        if self._scripts is None:
-            raise RuntimeError(_NOT_OPEN)
-        return self._scripts
-
-    @property
-    def _writes(self) -> JobWriter:
-        if self._writer is None:
-            raise RuntimeError(_NOT_OPEN)
-        return self._writer
-
-    @property
-    def _changes(self) -> JobChanges:
-        if self._changer is None:
-            raise RuntimeError(_NOT_OPEN)
-        return self._changer
+        return self._open.scripts
 
     # ----- schedule (cluster/client/job_writer.py) -------------------------------------
 
@@ -189,7 +171,7 @@ class DelayClient:
             settings=self.settings,
             expires_after=expires_after,
         )
-        await self._writes.store([job], keyed={job.job_id} if job_id is not None else set())
+        await self._open.writes.store([job], keyed={job.job_id} if job_id is not None else set())
         return job.job_id
 
     async def schedule_many(self, jobs: Sequence[Job | Mapping[str, Any]]) -> list[str]:
@@ -201,7 +183,7 @@ class DelayClient:
         valid, keyed = validated(jobs, self.settings)
         unique = first_of_each_id(valid)
         if unique:
-            await self._writes.store(unique, keyed)
+            await self._open.writes.store(unique, keyed)
         return [job.job_id for job in valid]
 
     async def schedule_batch(self, jobs: Sequence[Job | Mapping[str, Any]]) -> list[Scheduled]:
@@ -221,7 +203,7 @@ class DelayClient:
         its own and store many requests' jobs together (cluster/web/batcher.py)."""
         if not valid:
             return []  # nothing to store
-        return await self._writes.schedule_validated(valid, keyed)
+        return await self._open.writes.schedule_validated(valid, keyed)
 
     async def schedule_in(
         self,
@@ -271,7 +253,7 @@ class DelayClient:
         NOT_FOUND, ALREADY_FIRED (with fired_ms and attempt when recorded), IN_FLIGHT
         (being published: it fires), DEAD or EXPIRED."""
         job_id = check_job_id(job_id)  # before the open check: bad input says so first
-        return await self._changes.cancel(job_id)
+        return await self._open.changes.cancel(job_id)
 
     async def reschedule(
         self,
@@ -287,7 +269,7 @@ class DelayClient:
         (being published: it fires at its old time), DEAD or EXPIRED."""
         job_id = check_job_id(job_id)
         due_ms = due_ms_of(delay, at, self.settings)
-        return await self._changes.reschedule(job_id, due_ms)
+        return await self._open.changes.reschedule(job_id, due_ms)
 
     async def get(self, job_id: str) -> JobRecord | None:
         """The durable record of a job (status, due time, attempts), or None.
@@ -318,23 +300,17 @@ class DelayClient:
 
     # ----- dead letters (cluster/client/dead_letters.py) -------------------------------------
 
-    @property
-    def _dead_letters(self) -> DeadLetters:
-        if self._dead is None:
-            raise RuntimeError(_NOT_OPEN)
-        return self._dead
-
     async def dead_letters(self, *, topic: str | None = None, limit: int = 100) -> list[DeadJob]:
         """Dead jobs, oldest death first (per slot), with attempts and last error."""
-        return await self._dead_letters.dead_letters(topic=topic, limit=limit)
+        return await self._open.dead_letters.dead_letters(topic=topic, limit=limit)
 
     async def count_dead(self, *, topic: str | None = None) -> int:
         """How many jobs are in the dead-letter set (of one topic)."""
-        return await self._dead_letters.count_dead(topic)
+        return await self._open.dead_letters.count_dead(topic)
 
     async def dead_job(self, job_id: str) -> DeadJob | None:
         """One job of the dead-letter set, or None if it is not there."""
-        return await self._dead_letters.dead_job(job_id)
+        return await self._open.dead_letters.dead_job(job_id)
 
     async def replay_dead(
         self, job_ids: Sequence[str] | None = None, *, topic: str | None = None
@@ -344,22 +320,16 @@ class DelayClient:
 
         A named job that is dead in MySQL but no longer in the dead-letter set (it was
         purged, or Redis lost it) is replayed from its MySQL row."""
-        return await self._dead_letters.replay_dead(job_ids, topic=topic)
+        return await self._open.dead_letters.replay_dead(job_ids, topic=topic)
 
     async def purge_dead(
         self, job_ids: Sequence[str] | None = None, *, topic: str | None = None
     ) -> int:
         """Forget dead jobs in Redis (MySQL keeps them as dead): those named, those of
         a topic, or (neither given) all. Returns how many were purged."""
-        return await self._dead_letters.purge_dead(job_ids, topic=topic)
+        return await self._open.dead_letters.purge_dead(job_ids, topic=topic)
 
     # ----- recurring schedules (cluster/client/recurring.py) -----------------------------------
-
-    @property
-    def _schedules(self) -> RecurringSchedules:
-        if self._recurring is None:
-            raise RuntimeError(_NOT_OPEN)
-        return self._recurring
 
     async def schedule_recurring(
         self,
@@ -410,7 +380,7 @@ class DelayClient:
             expires_after=expires_after,
         )
         try:
-            return await self._schedules.put(definition)
+            return await self._open.schedules.put(definition)
         except UNREACHABLE as exc:
             raise StoreUnavailable(
                 f"MySQL is unreachable: the schedule {name!r} was not written (calling "
@@ -419,11 +389,11 @@ class DelayClient:
 
     async def recurring(self, *, removed: bool = False) -> list[RecurringSchedule]:
         """Every recurring schedule, by name (removed ones too with removed=True)."""
-        return await self._schedules.list_all(removed=removed)
+        return await self._open.schedules.list_all(removed=removed)
 
     async def get_recurring(self, name: str) -> RecurringSchedule | None:
         """One recurring schedule (also a removed one), or None."""
-        return await self._schedules.get(name)
+        return await self._open.schedules.get(name)
 
     async def remove_recurring(self, name: str) -> bool:
         """Stop a recurring schedule; True if it was there. Its ticks that are jobs
@@ -431,7 +401,7 @@ class DelayClient:
         very moment fires. Ticks fired before stay fired."""
         name = check_name(name)
         try:
-            return await self._schedules.remove(name)
+            return await self._open.schedules.remove(name)
         except UNREACHABLE as exc:
             raise StoreUnavailable(
                 f"MySQL is unreachable: the schedule {name!r} was not removed (calling again "

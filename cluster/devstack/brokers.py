@@ -80,7 +80,7 @@ def start_anew_on_a_new_count(root: Path, secure: bool) -> None:
         return
     wanted = kafka_brokers_wanted()
     for name in kafka.node_names(3):
-        pid = _pid_in(root / name / f"{name}.pid")
+        pid = processes.read_pid_file(root / name / f"{name}.pid")
         if pid is not None and processes.alive(pid):
             flag = " --secure" if secure else ""
             raise ServicesError(
@@ -97,7 +97,7 @@ def stop_the_other_broker(stack: list[Service], root: Path) -> None:
     known = {svc.name for svc in stack}
     for name in ("kafka", "kafka-broker", *kafka.node_names(3)):
         path = root / name / f"{name}.pid"
-        pid = _pid_in(path)
+        pid = processes.read_pid_file(path)
         if name in known or pid is None:
             continue
         line = processes.cmdline(pid) or ""
@@ -120,10 +120,3 @@ def ask_kafka_nodes_to_stop(stack: list[Service]) -> set[int]:
                 os.kill(pid, signal.SIGTERM)
                 asked.add(pid)
     return asked
-
-
-def _pid_in(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None

@@ -34,9 +34,8 @@ from cluster.devstack.service import (
     HOST,
     Service,
     ServicesError,
+    kafka_broker_ids,
     kafka_brokers_wanted,
-    quiet,
-    run_coroutine,
     state_dir,
 )
 
@@ -351,24 +350,8 @@ def forget_data(root: Path) -> None:
 
 def probe(svc: Service) -> None:
     """A metadata request to this node that lists this node among the brokers."""
-
-    async def metadata() -> None:
-        from aiokafka.admin import AIOKafkaAdminClient
-
-        client = AIOKafkaAdminClient(
-            bootstrap_servers=svc.address, request_timeout_ms=5000, **client_security(svc)
-        )
-        try:
-            await client.start()  # bootstrap: ApiVersions + Metadata
-            described = await client.describe_cluster()
-        finally:
-            await client.close()
-        ids = {broker["node_id"] for broker in described["brokers"]}
-        if node_id(svc.name) not in ids:
-            raise ServicesError(f"broker {node_id(svc.name)} is not registered yet")
-
-    with quiet("aiokafka"):
-        run_coroutine(metadata(), timeout=10.0)
+    if node_id(svc.name) not in kafka_broker_ids(svc.address, client_security(svc)):
+        raise ServicesError(f"broker {node_id(svc.name)} is not registered yet")
 
 
 def client_security(svc: Service) -> dict[str, Any]:

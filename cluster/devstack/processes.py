@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 
@@ -79,8 +80,13 @@ def is_ours(svc: Service, pid: int) -> bool:
 
 
 def read_pid(svc: Service) -> int | None:
+    return read_pid_file(svc.pid_file)
+
+
+def read_pid_file(path: Path) -> int | None:
+    """The pid a pid file names; None when it is missing or not a number."""
     try:
-        return int(svc.pid_file.read_text().strip())
+        return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
 

@@ -19,12 +19,14 @@ import ssl
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cluster.errors import DelayqError
 
 if TYPE_CHECKING:
     from cluster.devstack.secure import Secrets
+
+T = TypeVar("T")
 
 HOST = "127.0.0.1"
 DEFAULT_PORTS: dict[str, int] = {"redis": 16379, "mysql": 13306, "zookeeper": 12181, "kafka": 19092}
@@ -208,14 +210,14 @@ def say(svc: Service, message: str) -> None:
     print(f"{svc.name:<13}{svc.address:<17}{message}", flush=True)
 
 
-def run_coroutine(coro: Coroutine[Any, Any, None], *, timeout: float) -> None:
+def run_coroutine(coro: Coroutine[Any, Any, T], *, timeout: float) -> T:
     """asyncio.run in a worker thread: works even when the caller runs an event loop."""
 
-    async def bounded() -> None:
-        await asyncio.wait_for(coro, timeout)
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, timeout)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        pool.submit(asyncio.run, bounded()).result()
+        return pool.submit(asyncio.run, bounded()).result()
 
 
 @contextlib.contextmanager
@@ -228,3 +230,23 @@ def quiet(logger_name: str) -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
+
+
+def kafka_broker_ids(address: str, options: dict[str, Any]) -> set[int]:
+    """The ids of the brokers a Kafka node at `address` lists in its metadata: a real
+    Kafka request (ApiVersions, Metadata), for the brokers' probes. `options`: aiokafka's
+    security keyword arguments."""
+
+    async def metadata() -> set[int]:
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        client = AIOKafkaAdminClient(bootstrap_servers=address, request_timeout_ms=5000, **options)
+        try:
+            await client.start()  # bootstrap: ApiVersions + Metadata
+            described = await client.describe_cluster()
+        finally:
+            await client.close()
+        return {broker["node_id"] for broker in described["brokers"]}
+
+    with quiet("aiokafka"):
+        return run_coroutine(metadata(), timeout=10.0)

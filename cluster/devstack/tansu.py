@@ -23,8 +23,7 @@ from cluster.devstack.service import (
     HOST,
     Service,
     ServicesError,
-    quiet,
-    run_coroutine,
+    kafka_broker_ids,
     service_port,
 )
 
@@ -104,20 +103,10 @@ def tls_front_command(svc: Service) -> list[str]:
 
 
 def probe(svc: Service) -> None:
-    async def metadata() -> None:
-        from aiokafka.admin import AIOKafkaAdminClient
-
-        tls: dict[str, Any] = (
-            {}
-            if svc.secrets is None
-            else {"security_protocol": "SSL", "ssl_context": svc.secrets.client_tls()}
-        )
-        client = AIOKafkaAdminClient(bootstrap_servers=svc.address, request_timeout_ms=5000, **tls)
-        try:
-            await client.start()  # bootstrap: ApiVersions + Metadata
-            await client.list_topics()
-        finally:
-            await client.close()
-
-    with quiet("aiokafka"):
-        run_coroutine(metadata(), timeout=10.0)
+    """A metadata request, through the TLS front in the secure stack."""
+    tls: dict[str, Any] = (
+        {}
+        if svc.secrets is None
+        else {"security_protocol": "SSL", "ssl_context": svc.secrets.client_tls()}
+    )
+    kafka_broker_ids(svc.address, tls)

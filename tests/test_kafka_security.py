@@ -1,257 +1,163 @@
-"""Kafka TLS and SASL end to end, through cluster/connections/kafka_conn.py, against real brokers.
+"""Kafka TLS and SASL end to end, through cluster/connections/kafka_conn.py, against the
+Apache Kafka of the secure local stack (`delayq services up --secure`; docs/security.md):
+one SASL_SSL listener, SCRAM-SHA-512 only, the client user `delayq`, and a certificate
+signed by the stack's own CA.
 
-TLS: the secure local stack (`delayq services up --secure`), whose Kafka is Tansu behind
-a TLS front (stunnel) on 127.0.0.1:19093, security_protocol SSL.
+With the stack's credentials a producer, an admin client and a consumer in a group
+work. A wrong password, an unknown user, a mechanism the broker does not offer, a plain
+TCP client, a TLS client without SASL and a CA that did not sign the broker's
+certificate are each refused at start with one KafkaAccessError that names Kafka and
+the cause, never the password, and a node stops at once with one line saying so.
 
-SASL: Tansu 0.6 cannot hold a SASL user here (with --authentication it refuses the
-`tansu user create` request itself, and its memory storage forgets users across a
-restart), so the tests start their own Tansu with --authentication, where every
-login is refused, and a TLS front before it: what a wrong password, an unknown user, or
-an unoffered mechanism look like over SASL_PLAINTEXT and SASL_SSL. A successful SASL
-login needs Apache Kafka (docker-compose.yml).
+A node firing jobs through this listener is tested by the secure pass of `make test`
+(tests/test_end_to_end.py and others with DELAYQ_TEST_SECURE=1, where every client and
+node uses these settings). With `--kafka tansu` the secure stack has no SASL, and these
+tests are skipped.
 """
 
 from __future__ import annotations
 
-import asyncio
-import shutil
-import socket
-import subprocess
+import logging
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import orjson
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import NewTopic
 
-from actors.node import Node, make_producer
-from cluster.connections.kafka_conn import make_admin, make_consumer, start_client
-from cluster.devstack import tansu
-from cluster.devstack.secure import make_ca, make_server_cert
+from actors.node import Node, make_producer, run_node
+from cluster.connections.kafka_conn import (
+    connection_options,
+    make_admin,
+    make_consumer,
+    start_client,
+)
+from cluster.devstack.secure import make_ca
 from cluster.errors import KafkaAccessError
 from cluster.settings.config import Settings
 from tests.conftest import Collector
-from tests.forwarder import free_port
 
-PASSWORD = "not-the-kafka-password-42"
+# What a Kafka connection is made of: copied from the secure stack onto a test's settings.
+KAFKA_CONNECTION = (
+    "kafka_bootstrap",
+    "kafka_security_protocol",
+    "kafka_ssl_cafile",
+    "kafka_sasl_mechanism",
+    "kafka_sasl_username",
+    "kafka_sasl_password",
+    "kafka_idempotence",
+)
+# Bounds a read-back waits within; none of them is what a test checks.
+READ_WITHIN_S = 30.0
 
 
 @pytest.fixture(scope="module")
 def secure_kafka(secure_env: dict[str, str]) -> Settings:
-    """Kafka settings of the secure local stack (TLS, its CA)."""
-    kafka = {k: v for k, v in secure_env.items() if k.startswith("DELAYQ_KAFKA_")}
-    return Settings.from_env(kafka)
-
-
-def _wait_listening(port: int, process: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode}")
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"{what} did not listen on {port}")
+    """Kafka settings of the secure local stack: SASL_SSL, SCRAM-SHA-512, its CA."""
+    kafka = Settings.from_env(
+        {k: v for k, v in secure_env.items() if k.startswith("DELAYQ_KAFKA_")}
+    )
+    if kafka.kafka_security_protocol != "SASL_SSL":
+        pytest.skip(
+            f"the secure stack's Kafka speaks {kafka.kafka_security_protocol}, not SASL_SSL "
+            "(Tansu, `--kafka tansu`, has no SASL): these tests need Apache Kafka"
+        )
+    assert kafka.kafka_sasl_mechanism == "SCRAM-SHA-512" and kafka.kafka_sasl_password
+    return kafka
 
 
 @pytest.fixture(scope="module")
-def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int, str]]:
-    """A Tansu requiring SASL on a free port, and a TLS front to it (stunnel, with a
-    throwaway CA): (plain port, TLS port, CA file). Stopped at the end of the module."""
-    stunnel = shutil.which("stunnel4") or shutil.which("stunnel")
-    if stunnel is None:
-        pytest.skip("stunnel4 is not installed (the secure local stack installs it)")
-    directory = tmp_path_factory.mktemp("sasl-broker")
-    ca_cert, ca_key = make_ca(directory / "ca", "delayq SASL test CA")
-    cert, key = directory / "server.pem", directory / "server.key"
-    make_server_cert(ca_cert, ca_key, cert, key)
-    plain, front = free_port(), free_port()
-    url = f"tcp://127.0.0.1:{plain}"
-    broker_log = open(directory / "tansu.log", "wb")  # closed below
-    command = [tansu.binary(), "broker", "--listener-url", url, "--advertised-listener-url", url]
-    broker = subprocess.Popen(
-        [*command, "--storage-engine", "memory://tansu/", "--authentication"],
-        stdout=broker_log,
-        stderr=subprocess.STDOUT,
-    )
-    config = directory / "stunnel.conf"
-    config.write_text(
-        f"foreground = yes\noutput = {directory / 'stunnel.log'}\n[kafka]\n"
-        f"accept = 127.0.0.1:{front}\nconnect = 127.0.0.1:{plain}\n"
-        f"cert = {cert}\nkey = {key}\n"
-    )
-    front_process = subprocess.Popen([stunnel, str(config)], stderr=subprocess.DEVNULL)
+def foreign_ca(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A CA that did not sign the secure stack's certificates."""
+    cert, _ = make_ca(tmp_path_factory.mktemp("foreign-ca"), "a CA the broker never heard of")
+    return str(cert)
+
+
+def _on_secure_kafka(settings: Settings, kafka: Settings, **changes: object) -> Settings:
+    """settings (this run's MySQL, Redis, ZooKeeper) with the secure stack's Kafka."""
+    moved = {name: getattr(kafka, name) for name in KAFKA_CONNECTION}
+    return settings.replace(**{**moved, **changes})
+
+
+async def _create_topic(kafka: Settings, partitions: int = 1) -> str:
+    topic = f"test.sasl.{uuid.uuid4().hex[:10]}"
+    admin = make_admin(kafka)
     try:
-        _wait_listening(plain, broker, "tansu")
-        _wait_listening(front, front_process, "stunnel")
-        yield plain, front, str(ca_cert)
-    finally:
-        for process in (front_process, broker):
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        broker_log.close()
-
-
-async def _refusal(settings: Settings) -> str:
-    """start_client's KafkaAccessError for a producer with these settings."""
-    producer = make_producer(settings.replace(kafka_request_timeout_ms=5000))
-    try:
-        with pytest.raises(KafkaAccessError) as refused:
-            await start_client(producer, settings)
-    finally:
-        await producer.stop()
-    message = str(refused.value)
-    assert message.startswith("Kafka at 127.0.0.1:"), message
-    assert PASSWORD not in message and "\n" not in message
-    return message
-
-
-# ----- TLS: the secure local stack -------------------------------------------------------
-
-
-async def test_produce_and_consume_over_tls(secure_kafka: Settings) -> None:
-    topic = f"test.tls.{uuid.uuid4().hex[:10]}"
-    admin = make_admin(secure_kafka)
-    try:
-        await start_client(admin, secure_kafka)
-        await admin.create_topics([NewTopic(topic, 1, 1)])
+        await start_client(admin, kafka)
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
     finally:
         await admin.close()
-    producer = make_producer(secure_kafka)
+    return topic
+
+
+# ----- the stack's credentials -----------------------------------------------------------
+
+
+async def test_the_stack_credentials_produce_and_consume_in_a_group(secure_kafka: Settings) -> None:
+    options = connection_options(secure_kafka)
+    assert options["security_protocol"] == "SASL_SSL"
+    assert options["sasl_mechanism"] == "SCRAM-SHA-512"
+    assert options["sasl_plain_username"] == "delayq"
+    topic = await _create_topic(secure_kafka)
+    producer = make_producer(secure_kafka)  # the node's producer: acks=all, idempotent
     try:
         await start_client(producer, secure_kafka)
-        await producer.send_and_wait(topic, orjson.dumps({"over": "tls"}), key=b"k")
+        sent = [{"over": "sasl_ssl", "n": n} for n in range(3)]
+        for record in sent:
+            await producer.send_and_wait(topic, orjson.dumps(record), key=b"k")
     finally:
         await producer.stop()
-    consumer = make_consumer(secure_kafka, enable_auto_commit=False)
+    # A consumer group: its coordinator, joining and committing go over SASL_SSL too.
+    group = f"test.sasl.group.{uuid.uuid4().hex[:8]}"
+    consumer = make_consumer(
+        secure_kafka,
+        topic,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    received: list[object] = []
     try:
         await start_client(consumer, secure_kafka)
-        consumer.assign([TopicPartition(topic, 0)])
-        await consumer.seek_to_beginning()
-        batch = await consumer.getmany(timeout_ms=5000)
-        values = [orjson.loads(m.value) for records in batch.values() for m in records]
-        assert values == [{"over": "tls"}]
+        deadline = time.monotonic() + READ_WITHIN_S
+        while len(received) < len(sent) and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            received += [orjson.loads(m.value) for ms in batch.values() for m in ms]
+        await consumer.commit()
+        assert await consumer.committed(TopicPartition(topic, 0)) == len(sent)
     finally:
         await consumer.stop()
+    assert received == sent
 
 
-async def test_a_plaintext_client_on_the_tls_port_is_refused(secure_kafka: Settings) -> None:
-    message = await _refusal(secure_kafka.replace(kafka_security_protocol="PLAINTEXT"))
-    assert "expects TLS" in message
-
-
-async def test_an_unknown_ca_is_refused(secure_kafka: Settings, tmp_path: Path) -> None:
-    other_ca, _ = make_ca(tmp_path, "a CA the broker never heard of")
-    message = await _refusal(secure_kafka.replace(kafka_ssl_cafile=str(other_ca)))
-    assert "not trusted" in message and "kafka_ssl_cafile" in message
-
-
-async def test_a_node_with_an_unknown_ca_fails_at_start_at_once(
-    settings: Settings, secure_kafka: Settings, tmp_path: Path
-) -> None:
-    other_ca, _ = make_ca(tmp_path, "a CA the broker never heard of")
-    node_settings = settings.replace(
-        kafka_bootstrap=secure_kafka.kafka_bootstrap,
-        kafka_security_protocol="SSL",
-        kafka_ssl_cafile=str(other_ca),
-        startup_timeout_s=60,  # a refusal is not waited for
-    )
-    started = time.monotonic()
-    with pytest.raises(KafkaAccessError, match=r"Kafka at .* not trusted"):
-        await Node(node_settings).start()
-    assert time.monotonic() - started < 30
-
-
-# ----- SASL: a Tansu of the tests' own -----------------------------------------------------
-
-
-def _sasl(port: int, protocol: str, ca: str = "", mechanism: str = "SCRAM-SHA-512") -> Settings:
-    return Settings(
-        kafka_bootstrap=f"127.0.0.1:{port}",
-        kafka_security_protocol=protocol,
-        kafka_ssl_cafile=ca,
-        kafka_sasl_mechanism=mechanism,
-        kafka_sasl_username="delayq",
-        kafka_sasl_password=PASSWORD,
-    )
-
-
-@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "SCRAM-SHA-256"])
-async def test_wrong_sasl_credentials_over_tls_are_refused(
-    sasl_broker: tuple[int, int, str], mechanism: str
-) -> None:
-    _, front, ca = sasl_broker
-    message = await _refusal(_sasl(front, "SASL_SSL", ca, mechanism))
-    assert f"refused SASL authentication as 'delayq' with {mechanism}" in message
-    assert "kafka_sasl_password" in message
-
-
-async def test_wrong_sasl_credentials_over_plain_tcp_are_refused(
-    sasl_broker: tuple[int, int, str],
-) -> None:
-    plain, _, _ = sasl_broker
-    message = await _refusal(_sasl(plain, "SASL_PLAINTEXT"))
-    assert "refused SASL authentication" in message
-
-
-async def test_a_mechanism_the_broker_does_not_offer_is_refused(
-    sasl_broker: tuple[int, int, str],
-) -> None:
-    plain, _, _ = sasl_broker
-    message = await _refusal(_sasl(plain, "SASL_PLAINTEXT", mechanism="PLAIN"))
-    assert "PLAIN" in message and "kafka_sasl_mechanism" in message
-
-
-async def test_a_client_without_sasl_is_told_the_broker_requires_it(
-    sasl_broker: tuple[int, int, str],
-) -> None:
-    plain, front, ca = sasl_broker
-    message = await _refusal(Settings(kafka_bootstrap=f"127.0.0.1:{plain}"))
-    assert "requires SASL" in message
-    message = await _refusal(
-        Settings(
-            kafka_bootstrap=f"127.0.0.1:{front}", kafka_security_protocol="SSL", kafka_ssl_cafile=ca
-        )
-    )
-    assert "requires SASL" in message
-
-
-async def test_the_node_reports_a_sasl_refusal_in_one_line(
-    settings: Settings, sasl_broker: tuple[int, int, str], caplog: pytest.LogCaptureFixture
-) -> None:
-    from actors.node import run_node
-
-    _, front, ca = sasl_broker
-    kafka = _sasl(front, "SASL_SSL", ca)
-    node_settings = settings.replace(
-        kafka_bootstrap=kafka.kafka_bootstrap,
-        kafka_security_protocol="SASL_SSL",
-        kafka_ssl_cafile=ca,
-        kafka_sasl_mechanism="SCRAM-SHA-512",
-        kafka_sasl_username="delayq",
-        kafka_sasl_password=PASSWORD,
-        startup_timeout_s=60,
-    )
-    started = time.monotonic()
-    code = await asyncio.wait_for(run_node(node_settings), 45)
-    assert code == 1 and time.monotonic() - started < 30
-    lines = [r.getMessage() for r in caplog.records if "could not start" in r.getMessage()]
-    assert len(lines) == 1 and "refused SASL authentication" in lines[0], lines
-    assert PASSWORD not in caplog.text
+async def test_the_collector_reads_through_sasl(secure_kafka: Settings) -> None:
+    """tests/conftest.py's Collector takes its Kafka connection from the settings."""
+    kafka = secure_kafka
+    topic = await _create_topic(kafka, partitions=3)
+    producer = make_producer(kafka)
+    try:
+        await start_client(producer, kafka)
+        for partition in range(3):
+            record = {"job_id": f"j{partition}", "payload": {}}
+            await producer.send_and_wait(topic, orjson.dumps(record), partition=partition)
+    finally:
+        await producer.stop()
+    collector = Collector(kafka, topic)
+    await collector.start()
+    try:
+        received = await collector.until(3, READ_WITHIN_S)
+    finally:
+        await collector.stop()
+    assert sorted(str(r["job_id"]) for r in received) == ["j0", "j1", "j2"]
 
 
 async def test_the_topic_fixture_and_collector_use_the_settings(
     settings: Settings, topic: str
 ) -> None:
-    """tests/conftest.py makes its Kafka clients through cluster/connections/kafka_conn.py too."""
+    """tests/conftest.py makes its Kafka clients through cluster/connections/kafka_conn.py
+    too, whichever stack this run uses."""
     producer = make_producer(settings)
     try:
         await start_client(producer, settings)
@@ -262,7 +168,168 @@ async def test_the_topic_fixture_and_collector_use_the_settings(
     collector = Collector(settings, topic)
     await collector.start()
     try:
-        received = await collector.until(1, 10)
+        received = await collector.until(1, READ_WITHIN_S)
     finally:
         await collector.stop()
     assert [r["job_id"] for r in received] == ["j1"]
+
+
+# ----- refusals --------------------------------------------------------------------------
+
+
+def _wrong_password(kafka: Settings, ca: str) -> Settings:
+    return kafka.replace(kafka_sasl_password=f"not-{kafka.kafka_sasl_password}")
+
+
+def _unknown_user(kafka: Settings, ca: str) -> Settings:
+    return kafka.replace(kafka_sasl_username="nobody-here")
+
+
+def _broker_user(kafka: Settings, ca: str) -> Settings:
+    """The brokers' own user, with the client's password."""
+    return kafka.replace(kafka_sasl_username="kafka-broker")
+
+
+def _sha_256(kafka: Settings, ca: str) -> Settings:
+    return kafka.replace(kafka_sasl_mechanism="SCRAM-SHA-256")
+
+
+def _plain_mechanism(kafka: Settings, ca: str) -> Settings:
+    return kafka.replace(kafka_sasl_mechanism="PLAIN")
+
+
+def _plaintext(kafka: Settings, ca: str) -> Settings:
+    return kafka.replace(kafka_security_protocol="PLAINTEXT")
+
+
+def _sasl_plaintext(kafka: Settings, ca: str) -> Settings:
+    return kafka.replace(kafka_security_protocol="SASL_PLAINTEXT")
+
+
+def _tls_without_sasl(kafka: Settings, ca: str) -> Settings:
+    return kafka.replace(kafka_security_protocol="SSL")
+
+
+def _untrusted_ca(kafka: Settings, ca: str) -> Settings:
+    return kafka.replace(kafka_ssl_cafile=ca)
+
+
+REFUSALS: dict[str, tuple[Callable[[Settings, str], Settings], str]] = {
+    "wrong password": (
+        _wrong_password,
+        "(SASL_SSL) refused SASL authentication as 'delayq' with SCRAM-SHA-512: "
+        "wrong kafka_sasl_username or kafka_sasl_password",
+    ),
+    "unknown user": (
+        _unknown_user,
+        "(SASL_SSL) refused SASL authentication as 'nobody-here' with SCRAM-SHA-512: "
+        "wrong kafka_sasl_username or kafka_sasl_password",
+    ),
+    "the brokers' user with the client's password": (
+        _broker_user,
+        "(SASL_SSL) refused SASL authentication as 'kafka-broker' with SCRAM-SHA-512",
+    ),
+    "SCRAM-SHA-256, not offered": (_sha_256, "(SASL_SSL) does not offer SASL SCRAM-SHA-256"),
+    "PLAIN, not offered": (_plain_mechanism, "(SASL_SSL) does not offer SASL PLAIN"),
+    "plain TCP without SASL": (
+        _plaintext,
+        "(PLAINTEXT) closed the connection on the first request: the listener probably "
+        "expects TLS (kafka_security_protocol SSL or SASL_SSL)",
+    ),
+    "SASL over plain TCP": (
+        _sasl_plaintext,
+        "(SASL_PLAINTEXT) closed the connection on the first request: the listener "
+        "probably expects TLS",
+    ),
+    "TLS without SASL": (
+        _tls_without_sasl,
+        "(SSL) closed the connection after the handshake: the listener probably requires "
+        "SASL (kafka_security_protocol SASL_SSL or SASL_PLAINTEXT)",
+    ),
+    "a CA that did not sign the broker's certificate": (
+        _untrusted_ca,
+        "(SASL_SSL) refused the connection: its TLS certificate is not trusted "
+        "(unable to get local issuer certificate): set kafka_ssl_cafile",
+    ),
+}
+
+
+def _assert_one_clean_line(message: str, kafka: Settings, refused: Settings) -> None:
+    assert message.startswith(f"Kafka at {kafka.kafka_bootstrap} ("), message
+    assert "\n" not in message, message
+    for password in {kafka.kafka_sasl_password, refused.kafka_sasl_password}:
+        assert password not in message, message
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+async def test_a_refusal_is_one_clear_error(
+    secure_kafka: Settings, foreign_ca: str, case: str
+) -> None:
+    change, expected = REFUSALS[case]
+    refused = change(secure_kafka, foreign_ca)
+    producer = make_producer(refused)
+    try:
+        with pytest.raises(KafkaAccessError) as caught:
+            await start_client(producer, refused)
+    finally:
+        await producer.stop()
+    message = str(caught.value)
+    assert expected in message, message
+    _assert_one_clean_line(message, secure_kafka, refused)
+
+
+async def test_consumers_and_admin_clients_are_refused_the_same_way(
+    secure_kafka: Settings,
+) -> None:
+    refused = _wrong_password(secure_kafka, "")
+    expected = "refused SASL authentication as 'delayq' with SCRAM-SHA-512"
+    consumer = make_consumer(refused, group_id="never-joins")
+    try:
+        with pytest.raises(KafkaAccessError, match=expected):
+            await start_client(consumer, refused)
+    finally:
+        await consumer.stop()
+    admin = make_admin(refused)
+    try:
+        with pytest.raises(KafkaAccessError, match=expected):
+            await start_client(admin, refused)
+    finally:
+        await admin.close()
+
+
+@pytest.mark.parametrize(
+    "case", ["wrong password", "a CA that did not sign the broker's certificate"]
+)
+async def test_a_node_start_is_refused_without_waiting(
+    settings: Settings,
+    secure_kafka: Settings,
+    foreign_ca: str,
+    case: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A refusal is not waited out: no "waiting for Kafka" retry, KafkaAccessError rather
+    than StartupFailed after startup_timeout_s."""
+    change, expected = REFUSALS[case]
+    refused = change(secure_kafka, foreign_ca)
+    node_settings = _on_secure_kafka(settings, refused, startup_timeout_s=60)
+    caplog.set_level(logging.WARNING)
+    with pytest.raises(KafkaAccessError) as caught:
+        await Node(node_settings).start()
+    assert expected in str(caught.value)
+    _assert_one_clean_line(str(caught.value), secure_kafka, refused)
+    assert not [r for r in caplog.records if "waiting for Kafka" in r.getMessage()]
+
+
+async def test_the_node_reports_a_sasl_refusal_in_one_line(
+    settings: Settings, secure_kafka: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    refused = _wrong_password(secure_kafka, "")
+    node_settings = _on_secure_kafka(settings, refused, startup_timeout_s=60)
+    code = await run_node(node_settings)
+    assert code == 1
+    lines = [r.getMessage() for r in caplog.records if "could not start" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "refused SASL authentication as 'delayq' with SCRAM-SHA-512" in lines[0]
+    assert "waiting for Kafka" not in caplog.text
+    assert refused.kafka_sasl_password not in caplog.text
+    assert secure_kafka.kafka_sasl_password not in caplog.text

@@ -22,12 +22,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from cluster.model.envelope import Fire, due_and_topic, fire_of, is_lean, with_tail
 from cluster.model.jobs import topic_allowed
 from cluster.scripts.codec import Claimed
+
+# Hands records to the producer, given each one's (slot, job id); one future per record.
+Send = Callable[[list[Fire], list[tuple[int, bytes]]], Awaitable[list[asyncio.Future[object]]]]
 
 # Error of a lean job whose MySQL row is gone: its record cannot be built.
 NO_ROW_ERROR = "MissingRow: the job's payload is not in Redis and MySQL has no row of it"
@@ -164,7 +168,47 @@ async def broker_answers(sent: dict[int, list[Sent]], delivery_timeout_ms: int) 
             error = error_of(future, delivery_timeout_ms)
             if error is not None:
                 failed[id(future)] = error
+            if not future.done():  # its late outcome is read, so asyncio logs no error
+                future.add_done_callback(_retrieve)
     return Answers(len(unique), failed, acked_at)
+
+
+async def publish_held(
+    later: list[Held], sent: dict[int, list[Sent]], lease_ms: float, send: Send
+) -> None:
+    """Publish each held job once the Redis clock has passed its due time, those
+    released at the same moment together; add them to `sent`."""
+    later.sort(key=lambda job: job.release_at)
+    start = 0
+    while start < len(later):
+        now = time.monotonic()
+        wait_s = later[start].release_at - now
+        if wait_s > 0:
+            # Never interrupted by stop(): a clean stop publishes what it claimed,
+            # and the wait is at most fire_advance_ms.
+            await asyncio.sleep(wait_s)
+            continue
+        end = start
+        while end < len(later) and later[end].release_at <= now:
+            end += 1
+        batch, start = later[start:end], end
+        released: list[tuple[Held, int]] = []  # job, fired_ms
+        for job in batch:
+            held_ms = int((now - job.received) * 1000)
+            if held_ms > lease_ms:
+                # This process was paused while holding it: like a stale claim, it
+                # is left in flight for whoever owns the slot now.
+                continue
+            released.append((job, max(job.claimed_ms + held_ms, job.due_ms)))
+        fires = [fire_of(job.envelope, job.attempt, fired_ms) for job, fired_ms in released]
+        futures = await send(fires, [(job.slot, job.job_id) for job, _ in released])
+        for (job, fired_ms), future, fire in zip(released, futures, fires, strict=True):
+            sent[job.slot].append(Sent(job.job_id, future, fire.topic, job.due_ms, fired_ms))
+
+
+def _retrieve(future: asyncio.Future[object]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def error_of(future: asyncio.Future[object], delivery_timeout_ms: int) -> str | None:

@@ -17,6 +17,12 @@ expires instead (and a failed publish whose retry would come after that expires 
 nack.lua), so a job claimed after its expiry is never published. claim reports how many
 expired, for the metrics.
 
+Exactly-once (delivery = exactly_once, actors/transactions.py): the records of each
+slot go to Kafka in a transaction of the slot's own producer, with a journal record
+naming its jobs; the transaction's outcome replaces the broker's acknowledgement. Claims
+wait for a replica (with redis_wait_replicas), and a round whose outcome stays unknown
+neither acks nor nacks: its jobs stay in flight until the reaper has read the journal.
+
 A claimed job whose envelope is still lean (lua/add.lua; the filler had not reached it:
 rescheduled or retried close to its time, replayed, or the filler behind or down) gets
 its tail from its MySQL row, one read for all such jobs of a round, so it fires the
@@ -43,6 +49,7 @@ from actors.dispatch_round import (
     SlotClaim,
     broker_answers,
     describe,
+    publish_held,
     sort_claimed,
 )
 from actors.histogram import LATENESS_BUCKETS_S, Histograms
@@ -51,9 +58,10 @@ from actors.ownership import Ownership
 from actors.publisher import Publisher
 from actors.queues import SlotQueue
 from actors.scanner import SlotScanner
+from actors.transactions import SlotTransactions, in_doubt
 from cluster.errors import Fenced, ReplicationUnconfirmed, SlotFailed
 from cluster.model.contract import NO_TIME
-from cluster.model.envelope import Fire, fire_of, is_lean
+from cluster.model.envelope import Fire, is_lean
 from cluster.scripts.codec import ClaimResult
 from cluster.scripts.facade import Scripts
 from cluster.settings.config import Settings
@@ -80,8 +88,10 @@ class Dispatcher(Actor):
         ownership: Ownership,
         scanner: SlotScanner,
         inbox: SlotQueue,
+        transactions: SlotTransactions | None = None,  # delivery = exactly_once
     ) -> None:
         super().__init__()
+        self.transactions = transactions
         self.settings = settings
         self.scripts = scripts
         self.mysql = mysql
@@ -206,7 +216,9 @@ class Dispatcher(Actor):
         claims of the slots still owned, the slots whose Redis node failed, and the
         time.monotonic() the reply arrived."""
         s = self.settings
-        replies = await self.scripts.claim_many(held, s.claim_batch, s.inflight_timeout_ms)
+        # Exactly-once: a claim a Redis failover could undo would fire its jobs twice.
+        durable = self.transactions is not None
+        replies = await self.scripts.claim_many(held, s.claim_batch, s.inflight_timeout_ms, durable)
         received = time.monotonic()
         if any(isinstance(reply, ClaimResult) and reply.jobs for reply in replies):
             failpoints.hit("after-claim")
@@ -255,42 +267,21 @@ class Dispatcher(Actor):
         owners: (slot, job id, claimed at) of each record."""
         sent: dict[int, list[Sent]] = defaultdict(list)
         if fires:
-            futures = await self.publisher.publish(fires)
+            futures = await self._send(fires, [(slot, job_id) for slot, job_id, _ in owners])
             for (slot, job_id, claimed_ms), future, fire in zip(
                 owners, futures, fires, strict=True
             ):
                 sent[slot].append(Sent(job_id, future, fire.topic, fire.due_ms, claimed_ms))
         return sent
 
-    async def _publish_held(self, later: list[Held], sent: dict[int, list[Sent]]) -> None:
-        """Publish each held job once the Redis clock has passed its due time, those
-        released at the same moment together; add them to `sent`."""
-        later.sort(key=lambda job: job.release_at)
-        start = 0
-        while start < len(later):
-            now = time.monotonic()
-            wait_s = later[start].release_at - now
-            if wait_s > 0:
-                # Never interrupted by stop(): a clean stop publishes what it claimed,
-                # and the wait is at most fire_advance_ms.
-                await asyncio.sleep(wait_s)
-                continue
-            end = start
-            while end < len(later) and later[end].release_at <= now:
-                end += 1
-            batch, start = later[start:end], end
-            released: list[tuple[Held, int]] = []  # job, fired_ms
-            for job in batch:
-                held_ms = int((now - job.received) * 1000)
-                if held_ms > self.lease_ms:
-                    # This process was paused while holding it: like a stale claim, it
-                    # is left in flight for whoever owns the slot now.
-                    continue
-                released.append((job, max(job.claimed_ms + held_ms, job.due_ms)))
-            fires = [fire_of(job.envelope, job.attempt, fired_ms) for job, fired_ms in released]
-            futures = await self.publisher.publish(fires)
-            for (job, fired_ms), future, fire in zip(released, futures, fires, strict=True):
-                sent[job.slot].append(Sent(job.job_id, future, fire.topic, job.due_ms, fired_ms))
+    async def _send(
+        self, fires: list[Fire], owners: list[tuple[int, bytes]]
+    ) -> list[asyncio.Future[object]]:
+        """Hand records to the producer (exactly_once: one transaction per slot);
+        owners: the (slot, job id) of each."""
+        if self.transactions is not None:
+            return self.transactions.publish(fires, owners)
+        return await self.publisher.publish(fires)
 
     async def _load_tails(self, job_ids: list[bytes]) -> dict[bytes, bytes] | None:
         """The envelope tails of lean claimed jobs, from their MySQL rows in one read
@@ -338,8 +329,10 @@ class Dispatcher(Actor):
         and nack the rest."""
         try:
             if later:
-                await self._publish_held(later, sent)
-            answers = await broker_answers(sent, self.settings.kafka_delivery_timeout_ms)
+                await publish_held(later, sent, self.lease_ms, self._send)
+            # A transaction bounds itself: its outcome, not a deadline, decides.
+            wait_ms = self.settings.kafka_delivery_timeout_ms * (3 if self.transactions else 1)
+            answers = await broker_answers(sent, wait_ms)
             if len(answers.failed) < answers.batches:
                 failpoints.hit("after-publish")
             published = await self._settle(dict(held), sent, answers)
@@ -362,6 +355,8 @@ class Dispatcher(Actor):
         acked_ms = {key: self.scanner.redis_ms(at) for key, at in answers.acked_at.items()}
         published: dict[int, list[bytes]] = {}
         for slot, items in sent.items():
+            if self.transactions is not None:  # in doubt: in flight, for the reaper
+                items = [item for item in items if not in_doubt(item.future)]
             errors = {
                 item.job_id: failed[id(item.future)] for item in items if id(item.future) in failed
             }

@@ -10,6 +10,10 @@ reaches that step:
     after-publish   Kafka acknowledged the records, Redis has not been acked yet
     after-ack       Redis was acked (journal written), MySQL not yet updated
 
+and, with delivery = exactly_once only:
+
+    before-commit   the transaction's records and journal record were sent, not committed
+
 And a stall, to make an actor stuck for health tests:
 
     DELAYQ_STALL_FILE=/tmp/stall delayq node
@@ -25,11 +29,14 @@ import os
 from pathlib import Path
 
 NAMES = ("after-move", "after-claim", "after-publish", "after-ack")
+EXACTLY_ONCE_NAMES = ("before-commit",)
 EXIT_CODE = 77
 
 _armed = os.environ.get("DELAYQ_FAILPOINT", "")
-if _armed and _armed not in NAMES:
-    raise SystemExit(f"DELAYQ_FAILPOINT={_armed!r} is not one of {', '.join(NAMES)}")
+if _armed and _armed not in NAMES + EXACTLY_ONCE_NAMES:
+    raise SystemExit(
+        f"DELAYQ_FAILPOINT={_armed!r} is not one of {', '.join(NAMES + EXACTLY_ONCE_NAMES)}"
+    )
 
 
 STALL_FILE = os.environ.get("DELAYQ_STALL_FILE", "")

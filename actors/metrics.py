@@ -54,6 +54,8 @@ METRIC_NAMES = frozenset(
         "delayq_actor_restarts_total",
         "delayq_retention_deleted_total",
         "delayq_recurring_ticks_total",
+        "delayq_transactions_total",
+        "delayq_jobs_found_committed_total",
         "delayq_fire_lateness_seconds",
         "delayq_stage_seconds",
         "delayq_cluster_slots",
@@ -151,6 +153,24 @@ def _counters(p: NodeParts) -> Iterator[Metric]:
         "Outcome journal entries (fired, retrying, dead) written to MySQL.",
         p.recorder.recorded_total,
     )
+    if (t := p.transactions) is not None:  # delivery = exactly_once
+        yield labelled_counter(
+            "delayq_transactions",
+            "Kafka transactions of the slots' producers, by outcome; in_doubt: their "
+            "outcome was read from the journal (also counted under the one found).",
+            "outcome",
+            [
+                ("committed", t.committed_total),
+                ("aborted", t.aborted_total),
+                ("in_doubt", t.in_doubt_total),
+            ],
+        )
+        yield _counter(
+            "delayq_jobs_found_committed",
+            "In-flight jobs past their deadline that the journal showed committed: acked, "
+            "not retried.",
+            t.resolved_total,
+        )
     yield labelled_counter(
         "delayq_actor_restarts",
         "Restarts of a crashed actor by the supervisor.",

@@ -42,6 +42,7 @@ from actors.retention import Retention
 from actors.sampler import Sampler
 from actors.scanner import SlotScanner
 from actors.supervisor import Supervisor
+from actors.transactions import SlotTransactions
 from actors.wake_listener import WakeListener
 from cluster.connections.kafka_conn import connection_options, start_client
 from cluster.connections.redis_conn import RedisClient, open_redis
@@ -90,6 +91,7 @@ class NodeParts:
     sampler: Sampler
     retention: Retention
     supervisor: Supervisor
+    transactions: SlotTransactions | None  # delivery = exactly_once
 
 
 class Node:
@@ -130,6 +132,10 @@ class Node:
             )
             resources.push_async_callback(producer.stop)
             parts = self._assemble(redis, scripts, producer)
+            if parts.transactions is not None:
+                # Closed after the actors have stopped (the stack unwinds in reverse).
+                resources.push_async_callback(parts.transactions.close)
+                await parts.transactions.start()
 
             async def join() -> None:
                 # ClusterConfigError if the slot count disagrees.
@@ -185,8 +191,11 @@ class Node:
             held, mover_queue, s.safety_wake_ms, s.clock_offset_ms, s.fire_advance_ms
         )
         mover = Mover(scripts, held, scanner, mover_queue, dispatch_queue, s.move_batch)
-        dispatcher = Dispatcher(s, scripts, self.mysql, producer, held, scanner, dispatch_queue)
-        reaper = RetryReaper(s, scripts, held, scanner)
+        transactions = SlotTransactions(s, scripts, held) if s.delivery == "exactly_once" else None
+        dispatcher = Dispatcher(
+            s, scripts, self.mysql, producer, held, scanner, dispatch_queue, transactions
+        )
+        reaper = RetryReaper(s, scripts, held, scanner, transactions)
         recorder = Recorder(
             scripts, self.mysql, held, s.record_batch, s.record_interval_ms, s.marker_retention_ms
         )
@@ -242,6 +251,7 @@ class Node:
             sampler,
             retention,
             supervisor,
+            transactions,
         )
 
     async def wait(self) -> None:

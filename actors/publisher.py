@@ -239,10 +239,13 @@ class _Group:
 
     def batch_done(self, sent: asyncio.Future[object]) -> None:
         self.batches -= 1
+        # Read every batch's outcome, also after an earlier batch failed: an exception
+        # never retrieved is logged by asyncio as an error when the future is freed.
+        error = (
+            RuntimeError("the producer dropped the batch") if sent.cancelled() else sent.exception()
+        )
         if self.error is None:
-            if sent.cancelled():
-                self.error = RuntimeError("the producer dropped the batch")
-            elif (error := sent.exception()) is not None:
+            if error is not None:
                 self.error = error
             else:
                 self.result = sent.result()

@@ -1,6 +1,11 @@
 """retry-reaper: returns in-flight jobs whose deadline passed (their node died, or the
 broker never answered) to the delay zset with backoff, or buries them as dead after
-their max attempts."""
+their max attempts.
+
+With delivery = exactly_once it first asks the journal which of them a transaction
+committed (actors/transactions.py) and acks those; it retries only the rest, and only
+those it asked about (reap.lua's upto), a tick's worth at a time. When the journal
+cannot be read, nothing is retried."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import logging
 from actors.lifecycle import Actor, Tick
 from actors.ownership import Ownership
 from actors.scanner import SlotScanner
+from actors.transactions import SlotTransactions
 from cluster.errors import SlotFailed
 from cluster.model.contract import NO_TIME
 from cluster.scripts.facade import Scripts
@@ -28,8 +34,10 @@ class RetryReaper(Actor):
         scripts: Scripts,
         ownership: Ownership,
         scanner: SlotScanner,
+        transactions: SlotTransactions | None = None,
     ) -> None:
         super().__init__()
+        self.transactions = transactions
         self.settings = settings
         self.scripts = scripts
         self.ownership = ownership
@@ -66,9 +74,14 @@ class RetryReaper(Actor):
         the per-call limit. Returns the slots' failures (the others were reaped)."""
         failures: list[SlotFailed] = []
         s = self.settings
+        upto_ms = None
+        if self.transactions is not None and held:
+            upto_ms = int(self.scanner.redis_now_ms())
+            await self.transactions.settle_timed_out(held, upto_ms, REAP_LIMIT)
+            await self.transactions.forget_unowned()
         while held:
             results = await self.scripts.reap_many(
-                held, REAP_LIMIT, s.retry_backoff_ms, s.retry_backoff_max_ms
+                held, REAP_LIMIT, s.retry_backoff_ms, s.retry_backoff_max_ms, upto_ms
             )
             more = []
             for (slot, epoch), result in zip(held, results, strict=True):
@@ -94,5 +107,6 @@ class RetryReaper(Actor):
                     self.scanner.wake(slot, result.earliest_due_ms)
                 if result.more:
                     more.append((slot, epoch))
-            held = more
+            # Exactly-once: the rest were not looked up in the journal; next tick.
+            held = more if upto_ms is None else []
         return failures

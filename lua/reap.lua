@@ -5,6 +5,8 @@
 -- KEYS[5] jobs hash   KEYS[6] attempts hash   KEYS[7] seq counter   KEYS[8] done list
 -- KEYS[9] expired zset
 -- ARGV[1] epoch   ARGV[2] limit   ARGV[3] backoff base ms   ARGV[4] backoff cap ms
+-- ARGV[5] optional: reap only deadlines up to this ms (exactly_once: the jobs whose
+-- transactions were looked up in the journal)
 -- Returns {retried, dead, earliest_retry_due_ms or NO_TIME, more (1 when limit was
 -- reached), expired}. Each retry is journalled STATUS_FIRING, each burial STATUS_DEAD,
 -- each expiry STATUS_EXPIRED.
@@ -17,7 +19,9 @@ local K = {delay = KEYS[3], dead = KEYS[4], jobs = KEYS[5], attempts = KEYS[6],
            seq = KEYS[7], done = KEYS[8], expired = KEYS[9]}
 local now = now_ms()
 local limit, base, cap = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local timed_out = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
+local upto = now
+if ARGV[5] then upto = math.min(now, tonumber(ARGV[5])) end
+local timed_out = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', upto, 'LIMIT', 0, limit)
 if #timed_out > 0 then redis.call('ZREM', KEYS[2], unpack(timed_out)) end
 local retried, dead, expired, earliest =
   retry_or_bury_all(K, timed_out, now, base, cap, 'in-flight deadline passed')

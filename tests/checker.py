@@ -6,6 +6,10 @@ raised after possibly writing) is neither counted as scheduled nor as lost; a ca
 failed with a clear error must have written nothing, so every job fired or stored in
 MySQL was scheduled ok, unless it can be one of the unknown calls' jobs ("unexpected"
 counts the rest and must not exceed the unknown calls' jobs).
+
+"acked_not_in_kafka" names the jobs that MySQL records as fired, or that Redis holds a
+fire marker for (the ack script's), although no record of theirs was read from Kafka:
+an acknowledgement of a publish the broker did not keep. It must be empty.
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ class Verdict:
     # Jobs still pending or firing in MySQL: a node may still move them (claim, publish,
     # ack), so Redis read key by key can catch one between two places.
     unfinished: int
+    # Recorded fired in MySQL, or marked acked in Redis, yet never read from Kafka.
+    acked_not_in_kafka: list[str] = field(default_factory=list)
 
     def row(self) -> dict[str, object]:
         return {
@@ -86,6 +92,7 @@ class Verdict:
             "fired_at_old_time": len(self.fired_at_old_time),
             "max_lateness_ms": round(self.max_lateness_ms),
             "unexpected": self.unexpected,
+            "acked_not_in_kafka": len(self.acked_not_in_kafka),
         }
 
 
@@ -118,7 +125,24 @@ async def verdict(
         violations=await invariant_violations(client, redis, rows),
         unexpected=len((set(fired) | set(rows)) - ledger.scheduled),
         unfinished=sum(status in (JobStatus.PENDING, JobStatus.FIRING) for status in rows.values()),
+        acked_not_in_kafka=sorted(
+            (
+                {job_id for job_id, status in rows.items() if status == JobStatus.FIRED}
+                | await fire_markers(client, redis)
+            )
+            - set(fired)
+        ),
     )
+
+
+async def fire_markers(client: DelayClient, redis: RedisClient) -> set[str]:
+    """The job ids with a fire marker in Redis (acked: published, per the ack script)."""
+    marked: set[str] = set()
+    for slot in range(client.settings.slots):
+        marked.update(
+            job_id.decode() for job_id in await redis.zrange(client.keys.slot(slot).acked, 0, -1)
+        )
+    return marked
 
 
 async def invariant_violations(

@@ -203,27 +203,22 @@ async def topic(settings: Settings) -> str:
 
 
 class Collector:
-    """Reads every record of a topic from the beginning, with its receive time.
+    """Reads every record of a topic from the beginning, with its receive time, through
+    one live consumer (isolation_level: read_committed for nodes that publish with
+    delivery = exactly_once). The broker keeps and shows what it acknowledged, so the
+    live consumer is all there is: what it has not read yet, it reads later."""
 
-    A live consumer can miss a record that the broker made visible out of order (seen
-    with the local broker under concurrent producers), so when a poll comes back empty
-    the collector re-reads the whole topic with a fresh consumer, at most every
-    REREAD_EVERY_S, and adds what it missed, with the time the re-reading consumer
-    received them (a real receive time, at worst later than the live consumer's).
-    """
-
-    REREAD_EVERY_S = 2.0
-    REREAD_LIMIT_S = 30.0  # a re-read gives up reaching the end offsets after this
-
-    def __init__(self, settings: Settings, topic: str) -> None:
+    def __init__(
+        self, settings: Settings, topic: str, isolation_level: str = "read_uncommitted"
+    ) -> None:
         self.settings = settings  # its Kafka connection and security settings
         self.topic = topic
-        self.consumer = make_consumer(settings, enable_auto_commit=False, fetch_max_wait_ms=5)
+        self.consumer = make_consumer(
+            settings, enable_auto_commit=False, fetch_max_wait_ms=5, isolation_level=isolation_level
+        )
         self.records: list[dict[str, object]] = []
         self.keys: list[bytes] = []
-        self.reread_found = 0
         self._seen: set[tuple[int, int]] = set()  # (partition, offset)
-        self._last_reread = time.monotonic()
 
     @property
     def partitions(self) -> list[TopicPartition]:
@@ -239,35 +234,19 @@ class Collector:
 
     async def poll(self, timeout_s: float = 0.2) -> int:
         batch = await self.consumer.getmany(timeout_ms=int(timeout_s * 1000))
-        count = self._add(batch, time.time() * 1000)
-        if count == 0 and time.monotonic() - self._last_reread > self.REREAD_EVERY_S:
-            self.reread_found += await self.reread()
-        return count
+        return self._add(batch, time.time() * 1000)
 
-    async def reread(self) -> int:
-        """Read the topic from the beginning with a fresh consumer; add what the live
-        consumer missed. Returns how many records were added."""
-        self._last_reread = time.monotonic()
-        consumer = make_consumer(self.settings, enable_auto_commit=False)
-        added = 0
-        try:
-            await start_client(consumer, self.settings)
-            consumer.assign(self.partitions)
-            await consumer.seek_to_beginning(*self.partitions)
-            # Up to the end offsets the broker reports, not until the first empty fetch:
-            # a fresh consumer's first fetches can come back empty on a busy machine.
-            ends = await consumer.end_offsets(self.partitions)
-            deadline = time.monotonic() + self.REREAD_LIMIT_S
-            while time.monotonic() < deadline:
-                positions = [await consumer.position(tp) for tp in self.partitions]
-                if all(at >= ends[tp] for at, tp in zip(positions, self.partitions, strict=True)):
-                    break
-                batch = await consumer.getmany(timeout_ms=500)
-                added += self._add(batch, time.time() * 1000)
-        finally:
-            await consumer.stop()
-        self._last_reread = time.monotonic()
-        return added
+    async def caught_up(self, timeout_s: float = 30.0) -> bool:
+        """Poll until the live consumer has read up to the end offsets the broker
+        reports now (the last stable offsets, for read_committed); False on timeout."""
+        ends = await self.consumer.end_offsets(self.partitions)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            positions = [await self.consumer.position(tp) for tp in self.partitions]
+            if all(at >= ends[tp] for at, tp in zip(positions, self.partitions, strict=True)):
+                return True
+            await self.poll()
+        return False
 
     def _add(self, batch: dict[TopicPartition, list[Any]], received_ms: float) -> int:
         count = 0

@@ -71,7 +71,7 @@ async def test_three_nodes_share_jobs_none_lost_none_duplicated(
     finally:
         stop_all(nodes)
     lost, duplicates = tally(ids, fired)
-    report("steady", lost=len(lost), duplicates=duplicates, found_by_reread=collector.reread_found)
+    report("steady", lost=len(lost), duplicates=duplicates)
     assert not lost
     assert duplicates == 0
     # Not one retry either: a duplicate still on its way would show up here first.
@@ -200,7 +200,6 @@ async def test_a_fourth_node_joins_mid_run_and_takes_its_share(
         slots_taken=share,
         lost=len(lost),
         duplicates=duplicates,
-        found_by_reread=collector.reread_found,
     )
     assert not lost
     assert duplicates == 0  # a graceful hand-off is not a failure

@@ -7,7 +7,9 @@ replica missing the master's last writes.
 Producers schedule, cancel and reschedule throughout, with redis_wait_replicas=1. Each
 scenario checks: nothing lost or early, no job cancelled with True fired, no job
 rescheduled with True fired at its old time, both nodes alive throughout; and prints
-its counts (benchmarks/results/faults.jsonl, docs/guarantees.md).
+its counts (benchmarks/results/faults.jsonl, docs/guarantees.md). The kill -9 and the
+lossy failover run in both delivery modes; with exactly_once a read_committed consumer
+must see no duplicate.
 """
 
 from __future__ import annotations
@@ -135,10 +137,11 @@ async def failover_scenario(
     collector: Collector,
     tmp_path: Path,
     fault: Callable[[], Awaitable[None]],
+    delivery: str = "at_least_once",
 ) -> tuple[Verdict, Ledger, list[NodeProcess]]:
     settings = settings.replace(redis_wait_replicas=1)
     await wait_until(cluster_healthy, "the cluster to be healthy")
-    env = {"DELAYQ_REDIS_WAIT_REPLICAS": "1"}
+    env = {"DELAYQ_REDIS_WAIT_REPLICAS": "1", "DELAYQ_DELIVERY": delivery}
     procs = [NodeProcess(settings, tmp_path, f"{name}-{i}", env) for i in range(2)]
     ledger = Ledger()
     try:
@@ -187,6 +190,24 @@ async def _load(ledger: Ledger, client: DelayClient, topic: str) -> None:
         await asyncio.sleep(TICK_S)
 
 
+@pytest.fixture(params=["at_least_once", "exactly_once"])
+async def delivery(
+    request: pytest.FixtureRequest, settings: Settings, topic: str
+) -> AsyncIterator[tuple[str, Collector]]:
+    """Each delivery mode, with a consumer reading as that mode's users must."""
+    mode: str = request.param
+    isolation = "read_committed" if mode == "exactly_once" else "read_uncommitted"
+    collector = Collector(settings, topic, isolation_level=isolation)
+    await collector.start()
+    yield mode, collector
+    await collector.stop()
+
+
+def assert_no_duplicate_if_exactly_once(mode: str, result: Verdict) -> None:
+    if mode == "exactly_once":
+        assert result.duplicates == 0
+
+
 @pytest.fixture
 async def healthy_cluster() -> AsyncIterator[None]:
     await wait_until(cluster_healthy, "the cluster to be healthy", 90)
@@ -218,7 +239,7 @@ async def test_kill_the_seed_master(
     settings: Settings,
     redis: RedisClient,
     topic: str,
-    collector: Collector,
+    delivery: tuple[str, Collector],
     tmp_path: Path,
     healthy_cluster: None,
 ) -> None:
@@ -234,10 +255,12 @@ async def test_kill_the_seed_master(
         print(f"\n[failover-kill-seed] replica promoted {promoted - killed:.1f} s after the kill")
         await restart_node(seed)
 
+    mode, collector = delivery
     result, ledger, _ = await failover_scenario(
-        "failover-kill-seed", settings, redis, topic, collector, tmp_path, fault
+        f"failover-kill-seed-{mode}", settings, redis, topic, collector, tmp_path, fault, mode
     )
     assert_safe(result, ledger)
+    assert_no_duplicate_if_exactly_once(mode, result)
     assert not await is_master(seed)  # back as a replica
 
 
@@ -245,7 +268,7 @@ async def test_lossy_failover(
     settings: Settings,
     redis: RedisClient,
     topic: str,
-    collector: Collector,
+    delivery: tuple[str, Collector],
     tmp_path: Path,
     healthy_cluster: None,
 ) -> None:
@@ -273,10 +296,12 @@ async def test_lossy_failover(
         print(f"\n[failover-lossy] replica promoted {promoted - killed:.1f} s after the kill")
         await restart_node(master)
 
+    mode, collector = delivery
     result, ledger, _ = await failover_scenario(
-        "failover-lossy", settings, redis, topic, collector, tmp_path, fault
+        f"failover-lossy-{mode}", settings, redis, topic, collector, tmp_path, fault, mode
     )
     assert_safe(result, ledger)
+    assert_no_duplicate_if_exactly_once(mode, result)
 
 
 def _pid_of(port: int) -> int:

@@ -166,11 +166,22 @@ class Scripts(ScriptRunner):
         return only_reply(await self._call_many("claim", calls), claimed_of)
 
     async def claim_many(
-        self, slot_epochs: list[tuple[int, int]], count: int, timeout_ms: int
+        self,
+        slot_epochs: list[tuple[int, int]],
+        count: int,
+        timeout_ms: int,
+        durable: bool = False,
     ) -> list[ClaimResult | SlotFailed | None]:
         """claim for several (slot, epoch) in one round trip; None where fenced,
-        SlotFailed where the run failed."""
+        SlotFailed where the run failed. durable (with wait_replicas): raise
+        ReplicationUnconfirmed unless replicas confirmed the claims, so that a failover
+        cannot hand the same jobs out again."""
         calls = self._claim_calls(slot_epochs, count, timeout_ms)
+        if durable and self.wait_replicas:
+            replies, confirmed = await self._pipelined_durable("claim", calls)
+            if confirmed < self.wait_replicas:
+                raise ReplicationUnconfirmed.of_write(None, confirmed, self.wait_replicas)
+            return per_slot(replies, claimed_of)
         return per_slot(await self._call_many("claim", calls), claimed_of)
 
     async def ack(self, slot: int, job_ids: list[bytes]) -> int:
@@ -241,9 +252,11 @@ class Scripts(ScriptRunner):
         limit: int,
         backoff_ms: int,
         backoff_max_ms: int,
+        upto_ms: int | None = None,
     ) -> list[Call]:
+        upto = [] if upto_ms is None else [upto_ms]
         return [
-            (slot, self._retry_keys(slot), [epoch, limit, backoff_ms, backoff_max_ms])
+            (slot, self._retry_keys(slot), [epoch, limit, backoff_ms, backoff_max_ms, *upto])
             for slot, epoch in slot_epochs
         ]
 
@@ -259,10 +272,11 @@ class Scripts(ScriptRunner):
         limit: int,
         backoff_ms: int,
         backoff_max_ms: int,
+        upto_ms: int | None = None,
     ) -> list[RetryResult | SlotFailed | None]:
         """reap for several (slot, epoch) in one round trip; None where fenced,
-        SlotFailed where the run failed."""
-        calls = self._reap_calls(slot_epochs, limit, backoff_ms, backoff_max_ms)
+        SlotFailed where the run failed. upto_ms: only deadlines up to it."""
+        calls = self._reap_calls(slot_epochs, limit, backoff_ms, backoff_max_ms, upto_ms)
         return per_slot(await self._call_many("reap", calls), retry_result)
 
     async def fill_many(

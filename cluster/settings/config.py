@@ -28,6 +28,7 @@ RECORD_OVERHEAD_BYTES = 4096
 # A claimed job waits in the node for at most this long before it is published: cancel()
 # answers "in flight" for it meanwhile, so the advance stays a matter of milliseconds.
 MAX_FIRE_ADVANCE_MS = 1000
+DELIVERY_MODES = ("at_least_once", "exactly_once")
 # The smallest payload_lead_ms other than 0: the filler passes four times per lead (at
 # most once a second), and more often than that is not worth the bytes it saves.
 MIN_PAYLOAD_LEAD_MS = 1000
@@ -147,6 +148,11 @@ class Settings:
     kafka_request_timeout_ms: int = 15000
     kafka_delivery_timeout_ms: int = 20000
     kafka_max_batch_bytes: int = 1048576
+    # "at_least_once", or "exactly_once": each slot's records go in Kafka transactions
+    # fenced per slot, for consumers reading with isolation_level=read_committed
+    # (docs/guarantees.md); needs a broker with transactions and kafka_idempotence.
+    delivery: str = "at_least_once"
+    kafka_journal_topic: str = "delayq-journal"  # exactly_once: what each transaction carried
 
     # Security (docs/security.md). Redis and MySQL credentials go in their URLs
     # (redis://user:password@host, rediss:// for TLS; mysql://user:password@host/db).
@@ -292,6 +298,12 @@ class Settings:
                 f"fire_advance_ms must be 0 (off) to {MAX_FIRE_ADVANCE_MS}, got "
                 f"{self.fire_advance_ms}"
             )
+        if self.delivery not in DELIVERY_MODES:
+            raise ConfigError(f"delivery must be one of {DELIVERY_MODES}, got {self.delivery!r}")
+        if self.delivery == "exactly_once" and not (
+            self.kafka_idempotence and self.kafka_journal_topic
+        ):
+            raise ConfigError("delivery exactly_once needs kafka_idempotence and a journal topic")
         if self.kafka_linger_ms < 0:
             raise ConfigError(f"kafka_linger_ms must be >= 0, got {self.kafka_linger_ms}")
         if self.redis_horizon_ms < 1000:

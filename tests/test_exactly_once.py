@@ -1,0 +1,260 @@
+"""delivery = exactly_once: a consumer reading with isolation_level=read_committed sees
+every fired job once, also when a node is killed mid-publish (at every step of a
+transaction), frozen past its ZooKeeper session (a zombie), or the broker is killed.
+
+The fault scenarios are those of tests/test_faults.py with the nodes in exactly_once
+mode and a read_committed consumer; each also asserts 0 duplicates, and its row in
+benchmarks/results/faults.jsonl is named "eos-…".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+from aiokafka import TopicPartition
+
+from actors.failpoints import EXIT_CODE
+from actors.node import Node
+from actors.transactions import transactional_id
+from cluster import DelayClient, Job
+from cluster.connections.kafka_conn import make_admin, make_consumer, start_client
+from cluster.connections.redis_conn import RedisClient
+from cluster.devstack import stack
+from cluster.errors import ConfigError
+from cluster.settings.config import Settings
+from tests.checker import Ledger, Verdict
+from tests.conftest import Collector, wait_for
+from tests.processes import NodeProcess
+from tests.test_faults import assert_safe, reading, scenario, settle, steady_load
+
+EXACTLY_ONCE = {"DELAYQ_DELIVERY": "exactly_once"}
+
+
+def read_committed(settings: Settings, topic: str) -> Collector:
+    return Collector(settings, topic, isolation_level="read_committed")
+
+
+@pytest.fixture
+async def committed(settings: Settings, topic: str) -> AsyncIterator[Collector]:
+    collector = read_committed(settings, topic)
+    await collector.start()
+    yield collector
+    await collector.stop()
+
+
+def assert_once(result: Verdict, ledger: Ledger) -> None:
+    assert_safe(result, ledger)
+    assert result.duplicates == 0
+
+
+def test_exactly_once_needs_idempotence() -> None:
+    with pytest.raises(ConfigError, match="kafka_idempotence"):
+        Settings(delivery="exactly_once", kafka_idempotence=False)
+    with pytest.raises(ConfigError, match="delivery must be one of"):
+        Settings(delivery="twice")
+
+
+async def test_each_job_fires_once_in_a_committed_transaction(
+    settings: Settings, client: DelayClient, topic: str, committed: Collector
+) -> None:
+    """A node in exactly_once mode fires every job once; the records are visible to a
+    read_committed consumer, and the journal names each job in a transaction of its
+    slot's producer."""
+    node = Node(settings.replace(delivery="exactly_once"))
+    await node.start()
+    try:
+        ids = await client.schedule_many(
+            [Job(topic=topic, payload={"n": n}, delay=0.2) for n in range(300)]
+        )
+
+        async def all_fired() -> bool:
+            await committed.poll()
+            return len(committed.records) >= len(ids)
+
+        assert await wait_for(all_fired, 60)
+        transactions = node.parts.transactions if node.parts else None
+        assert transactions is not None and transactions.committed_total >= 1
+        assert transactions.aborted_total == 0
+    finally:
+        await node.stop()
+    await committed.quiet_for(1.0)
+    fired = Counter(str(r["job_id"]) for r in committed.records)
+    assert sorted(fired) == sorted(ids)
+    assert set(fired.values()) == {1}
+    journalled = await journal_jobs(settings, since_ms=int(time.time() * 1000) - 120_000)
+    assert set(ids) <= journalled
+
+
+async def journal_jobs(settings: Settings, since_ms: int) -> set[str]:
+    """Every job id the journal names for this cluster (its key prefix)."""
+    consumer = make_consumer(settings, enable_auto_commit=False, isolation_level="read_committed")
+    await start_client(consumer, settings)
+    found: set[str] = set()
+    try:
+        journal = settings.kafka_journal_topic
+        admin = make_admin(settings)
+        await start_client(admin, settings)
+        try:
+            (described,) = await admin.describe_topics([journal])
+        finally:
+            await admin.close()
+        partitions = [TopicPartition(journal, p["partition"]) for p in described["partitions"]]
+        assert partitions, f"no journal topic {journal!r}"
+        consumer.assign(partitions)
+        ends = await consumer.end_offsets(partitions)
+        starts = await consumer.offsets_for_times({tp: since_ms for tp in partitions})
+        for tp in partitions:
+            start = starts[tp]
+            if start is None:
+                consumer.seek(tp, ends[tp])
+            else:
+                consumer.seek(tp, start.offset)
+        while any([await consumer.position(tp) < ends[tp] for tp in partitions]):
+            for messages in (await consumer.getmany(timeout_ms=500)).values():
+                for message in messages:
+                    entry = orjson.loads(message.value)
+                    if entry["prefix"] == settings.key_prefix:
+                        found.update(entry["jobs"])
+    finally:
+        await consumer.stop()
+    return found
+
+
+def test_each_slot_has_its_own_transactional_id(settings: Settings) -> None:
+    ids = {transactional_id(settings, slot) for slot in range(settings.slots)}
+    assert len(ids) == settings.slots
+    assert all(settings.key_prefix in i for i in ids)
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+class TestFaults:
+    """The fault suite's scenarios in exactly_once mode: 0 lost, 0 early, 0 duplicates."""
+
+    async def test_sigkill_a_node_mid_dispatch(
+        self,
+        settings: Settings,
+        client: DelayClient,
+        redis: RedisClient,
+        topic: str,
+        committed: Collector,
+        tmp_path: Path,
+    ) -> None:
+        async def fault(procs: list[NodeProcess]) -> None:
+            procs[0].signal(signal.SIGKILL)
+
+        result, ledger = await scenario(
+            "eos-sigkill-node",
+            settings,
+            client,
+            redis,
+            topic,
+            committed,
+            tmp_path,
+            fault,
+            node_env=EXACTLY_ONCE,
+        )
+        assert_once(result, ledger)
+
+    async def test_a_zombie_node(
+        self,
+        settings: Settings,
+        client: DelayClient,
+        redis: RedisClient,
+        topic: str,
+        committed: Collector,
+        tmp_path: Path,
+    ) -> None:
+        """A node freezes past its ZooKeeper session mid-publish, the other takes its
+        slots (and their transactional ids, fencing it), then it wakes up."""
+
+        async def fault(procs: list[NodeProcess]) -> None:
+            procs[0].signal(signal.SIGSTOP)
+            try:
+                await asyncio.sleep(6.5)
+            finally:
+                procs[0].signal(signal.SIGCONT)
+
+        result, ledger = await scenario(
+            "eos-zombie-node",
+            settings,
+            client,
+            redis,
+            topic,
+            committed,
+            tmp_path,
+            fault,
+            node_env=EXACTLY_ONCE,
+        )
+        assert_once(result, ledger)
+
+    async def test_broker_killed_and_restarted(
+        self,
+        settings: Settings,
+        client: DelayClient,
+        redis: RedisClient,
+        topic: str,
+        committed: Collector,
+        tmp_path: Path,
+    ) -> None:
+        """kill -9 of the broker mid-transaction; it restarts with its log 5 s later."""
+
+        async def fault(procs: list[NodeProcess]) -> None:
+            pid = stack.service_pid("kafka")
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            await asyncio.sleep(5)
+            await asyncio.to_thread(stack.up)
+
+        result, ledger = await scenario(
+            "eos-broker-killed",
+            settings,
+            client,
+            redis,
+            topic,
+            committed,
+            tmp_path,
+            fault,
+            node_env=EXACTLY_ONCE,
+        )
+        assert_once(result, ledger)
+
+    @pytest.mark.parametrize("failpoint", ["after-claim", "before-commit", "after-publish"])
+    async def test_crash_at_failpoint(
+        self,
+        failpoint: str,
+        settings: Settings,
+        client: DelayClient,
+        redis: RedisClient,
+        topic: str,
+        committed: Collector,
+        tmp_path: Path,
+    ) -> None:
+        """A node dies at a step of a transaction: claimed, sent but not committed,
+        committed but not acked. A second node takes over; nothing fires twice."""
+        env = {**EXACTLY_ONCE, "DELAYQ_FAILPOINT": failpoint}
+        crashing = NodeProcess(settings, tmp_path, "crashing", env)
+        ledger = Ledger()
+        survivor: NodeProcess | None = None
+        try:
+            await crashing.wait_ready()
+            async with reading(committed):
+                load = asyncio.create_task(steady_load(ledger, client, topic, seconds=4.0))
+                assert await crashing.wait_exit() == EXIT_CODE
+                survivor = NodeProcess(settings, tmp_path, "survivor", EXACTLY_ONCE)
+                await survivor.wait_ready()
+                await load
+            result = await settle(f"eos-crash-{failpoint}", ledger, committed, client, redis)
+        finally:
+            crashing.kill()
+            if survivor is not None:
+                survivor.kill()
+        assert_once(result, ledger)

@@ -29,6 +29,19 @@ used_memory is read again once the keys are deleted.
 --caller-ids gives every job an id of its own (order-<run>-<n>-close), as most users do;
 by default schedule_many generates them.
 
+--delivery exactly_once runs the nodes with delivery = "exactly_once" (DELAYQ_DELIVERY:
+each slot's records in Kafka transactions, actors/transactions.py; it needs a broker
+with transactions, Apache Kafka) and reads the topic, the live consumer and any re-read
+alike, with isolation_level="read_committed", as such a node's consumers must; the
+nodes then serve /metrics, and the result has their transactions' counters. The default
+is the environment's delivery (at_least_once), read with read_uncommitted.
+
+The benchmark's topic has six partitions, replication factor min(brokers, 3) and, on
+three brokers or more, min.insync.replicas 2 (so DELAYQ_KAFKA_BOOTSTRAP naming a
+three-broker cluster gives the replicated setup; benchmarks/kafka_brokers.py starts
+one). The nodes' log lines of this run at WARNING and above, and their final counters,
+are in the result ("node_logs").
+
 --stages serves each node's /metrics on a free local port and scrapes it once every
 job has arrived; the result's "stages" are p50/p99 of each stage a job passes: from the
 node's histograms (actors/metrics.py: move = due → moved, claim = moved → claimed,
@@ -75,7 +88,7 @@ from cluster.connections.redis_conn import RedisClient, open_redis
 from cluster.devstack.databases import create_cluster_database, drop_cluster_database
 from cluster.devstack.nodes import NodeProcess, free_port
 from cluster.observe.snapshot import Buckets, merge_buckets, quantile
-from cluster.settings.config import SECRET_SETTINGS, Settings
+from cluster.settings.config import DELIVERY_MODES, SECRET_SETTINGS, Settings
 from cluster.store.sql import parse_mysql_url
 
 PARTITIONS = 6
@@ -166,23 +179,32 @@ async def stop_nodes(nodes: list[NodeProcess]) -> None:
 
 @contextlib.asynccontextmanager
 async def bench_cluster(
-    nodes: int, metrics_ports: list[int] | None = None
+    nodes: int,
+    metrics_ports: list[int] | None = None,
+    delivery: str | None = None,
+    logs: dict[str, Any] | None = None,
 ) -> AsyncIterator[Settings]:
     """A cluster of its own (key prefix, MySQL database) with `nodes` node processes
-    (serving /metrics on metrics_ports, one each, if given); on the way out the nodes
-    are stopped, the database dropped, the keys deleted."""
+    (serving /metrics on metrics_ports, one each, if given; with `delivery`, if given,
+    else the environment's); on the way out the nodes are stopped, the database dropped,
+    the keys deleted, and what the nodes logged meanwhile is summed up into `logs`."""
     prefix = f"bench{uuid.uuid4().hex[:6]}"
-    settings = await create_cluster_database(
-        Settings.from_env().replace(key_prefix=prefix), f"delayq_{prefix}"
-    )
+    base = Settings.from_env().replace(key_prefix=prefix)
+    if delivery is not None:
+        base = base.replace(delivery=delivery)
+    settings = await create_cluster_database(base, f"delayq_{prefix}")
     log_dir = Path(os.environ.get("DELAYQ_STATE_DIR", ".delayq"))
     log_dir.mkdir(parents=True, exist_ok=True)
+    # The node logs are appended to: remember where this run's lines begin.
+    offsets = {i: log_size(log_dir / f"bench-node-{i}.log") for i in range(nodes)}
     procs = start_nodes(nodes, settings, log_dir, metrics_ports or [])
     try:
         await wait_started(procs)
         yield settings
     finally:
         await stop_nodes(procs)
+        if logs is not None:
+            logs.update(node_log_summary(log_dir, offsets))
         await drop_cluster_database(settings)
         redis = await open_redis(settings)  # a Redis Cluster too
         try:
@@ -191,14 +213,84 @@ async def bench_cluster(
             await redis.aclose()
 
 
-@contextlib.asynccontextmanager
-async def kafka_topic(settings: Settings, topic: str) -> AsyncIterator[None]:
-    """A fresh topic, deleted afterwards (the local broker keeps records in memory)."""
+def log_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+LOG_LEVELS = (" WARNING ", " ERROR ", " CRITICAL ")
+FINAL_COUNTERS = "final counters: "
+
+
+def node_log_summary(log_dir: Path, offsets: dict[int, int]) -> dict[str, Any]:
+    """Per node of this run: how many lines it logged at WARNING, ERROR and CRITICAL
+    (the first few of them) and its final counters (actors/node.py logs them on stop)."""
+    summary: dict[str, Any] = {}
+    for i, offset in offsets.items():
+        path = log_dir / f"bench-node-{i}.log"
+        try:
+            with path.open("rb") as log:
+                log.seek(offset)
+                text = log.read().decode(errors="replace")
+        except OSError:
+            continue
+        lines = text.splitlines()
+        flagged = [line for line in lines if any(level in line for level in LOG_LEVELS)]
+        counters = next(
+            (
+                line.split(FINAL_COUNTERS, 1)[1]
+                for line in reversed(lines)
+                if FINAL_COUNTERS in line
+            ),
+            None,
+        )
+        summary[f"bench-node-{i}"] = {
+            "log": str(path),
+            "lines": len(lines),
+            **{level.strip().lower(): sum(level in line for line in lines) for level in LOG_LEVELS},
+            "first_flagged": flagged[:5],
+            "final_counters": counters,
+        }
+    return summary
+
+
+@dataclass(frozen=True)
+class TopicLayout:
+    """How the benchmark's topic is replicated: by the number of brokers."""
+
+    brokers: int
+    replication: int
+    min_insync: int | None  # None: the broker's default
+
+
+async def topic_layout(settings: Settings) -> TopicLayout:
     admin = make_admin(settings)
     await start_client(admin, settings)
     try:
-        await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
-        yield
+        brokers = len((await admin.describe_cluster())["brokers"])
+    finally:
+        await admin.close()
+    return TopicLayout(brokers, min(brokers, 3), 2 if brokers >= 3 else None)
+
+
+@contextlib.asynccontextmanager
+async def kafka_topic(settings: Settings, topic: str) -> AsyncIterator[TopicLayout]:
+    """A fresh topic of PARTITIONS partitions, replication factor min(brokers, 3) and,
+    on three brokers or more, min.insync.replicas 2; deleted afterwards."""
+    layout = await topic_layout(settings)
+    configs = {} if layout.min_insync is None else {"min.insync.replicas": str(layout.min_insync)}
+    admin = make_admin(settings)
+    await start_client(admin, settings)
+    try:
+        reply = await admin.create_topics(
+            [NewTopic(topic, PARTITIONS, layout.replication, topic_configs=configs)]
+        )
+        failed = [error for error in reply.topic_errors if error[1]]
+        if failed:
+            raise RuntimeError(f"creating the topic {topic}: {failed}")
+        yield layout
     finally:
         with contextlib.suppress(Exception):
             await admin.delete_topics([topic])
@@ -284,8 +376,11 @@ async def consume(
     A live consumer can miss a record the local broker made visible out of order (as
     tests/conftest.py's collector notes), so once every job is due and a poll comes
     back empty while jobs are missing, the topic is re-read from the beginning, at
-    growing intervals. What that finds counts as received (reread_found) but has no
-    live receive time, so it stays out of the lateness and fire-rate numbers."""
+    growing intervals, up to the live consumer's positions: only records it has passed
+    without receiving them count (a record beyond them is not missed, only not read
+    yet: with read_committed, polls come back empty while transactions are open). What
+    that finds counts as received (reread_found) but has no live receive time, so it
+    stays out of the lateness and fire-rate numbers."""
     reread_every_s, last_reread = 2.0, time.monotonic()
     while len(out.ids) < expected and time.time() < give_up_at:
         batch = await consumer.getmany(timeout_ms=100, max_records=100_000)
@@ -296,23 +391,48 @@ async def consume(
             and time.time() > last_due_s + 1
             and time.monotonic() - last_reread > reread_every_s
         ):
-            await reread(reopen, out)
+            await reread(reopen, out, await positions(consumer))
             reread_every_s, last_reread = reread_every_s * 2, time.monotonic()
 
 
-async def reread(reopen: Reopen, out: Received) -> None:
-    """Read the topic from the beginning with a fresh consumer; add the jobs not seen yet."""
+async def positions(consumer: AIOKafkaConsumer) -> dict[TopicPartition, int]:
+    """The live consumer's position in each partition: the offset of the next record it
+    would hand over; every record below it was handed over or passed."""
+    return {tp: await consumer.position(tp) for tp in consumer.assignment()}
+
+
+async def reread(reopen: Reopen, out: Received, upto: dict[TopicPartition, int]) -> None:
+    """Read the topic from the beginning with a fresh consumer, up to the live
+    consumer's positions `upto`; add the jobs below them not seen yet."""
     consumer = await reopen()
+
+    async def behind() -> bool:
+        return any([await consumer.position(tp) < end for tp, end in upto.items()])
+
     try:
-        while batch := await consumer.getmany(timeout_ms=500, max_records=100_000):
-            for messages in batch.values():
-                out.add_missed(messages)
+        while await behind() and (
+            batch := await consumer.getmany(timeout_ms=500, max_records=100_000)
+        ):
+            for tp, messages in batch.items():
+                out.add_missed(m for m in messages if m.offset < upto.get(tp, 0))
     finally:
         await consumer.stop()
 
 
-async def start_consumer(settings: Settings, topic: str) -> AIOKafkaConsumer:
-    consumer = make_consumer(settings, fetch_max_wait_ms=5, max_partition_fetch_bytes=1 << 20)
+def isolation_of(delivery: str) -> str:
+    """The isolation level a consumer of records published this way reads with."""
+    return "read_committed" if delivery == "exactly_once" else "read_uncommitted"
+
+
+async def start_consumer(
+    settings: Settings, topic: str, isolation_level: str = "read_uncommitted"
+) -> AIOKafkaConsumer:
+    consumer = make_consumer(
+        settings,
+        fetch_max_wait_ms=5,
+        max_partition_fetch_bytes=1 << 20,
+        isolation_level=isolation_level,
+    )
     await start_client(consumer, settings)
     consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
     await consumer.seek_to_beginning()
@@ -337,10 +457,39 @@ def read_metrics(port: int) -> str:
     return text
 
 
-async def scrape_stages(ports: list[int]) -> dict[str, Buckets]:
+async def scrape(ports: list[int]) -> list[str]:
+    """Every node's /metrics, once."""
+    return list(await asyncio.gather(*(asyncio.to_thread(read_metrics, port) for port in ports)))
+
+
+# Counters of the nodes worth keeping in the result (summed over the nodes; a labelled
+# one as name{label="value"}): the exactly-once mode's transactions among them.
+COUNTERS = (
+    "delayq_transactions_total",
+    "delayq_jobs_found_committed_total",
+    "delayq_jobs_fired_total",
+    "delayq_publish_failures_total",
+    "delayq_jobs_retried_total",
+    "delayq_fenced_total",
+)
+
+
+def node_counters(texts: list[str]) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name not in COUNTERS:
+                    continue
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                name = f"{sample.name}{{{labels}}}" if labels else sample.name
+                found[name] = found.get(name, 0.0) + sample.value
+    return found
+
+
+def stage_buckets(texts: list[str]) -> dict[str, Buckets]:
     """Cumulative buckets of delayq_stage_seconds per stage and of
     delayq_fire_lateness_seconds ("ack", every topic), summed over the nodes."""
-    texts = await asyncio.gather(*(asyncio.to_thread(read_metrics, port) for port in ports))
     found: dict[str, Buckets] = {}
     for text in texts:
         for family in text_string_to_metric_families(text):
@@ -401,12 +550,18 @@ async def run_fire(args: argparse.Namespace) -> dict[str, Any]:
     lead_s = args.lead if args.lead is not None else 3 + args.jobs / 15000
     give_up_s = args.give_up if args.give_up is not None else 120 + args.jobs / 1000
     received = Received()
-    ports = [free_port() for _ in range(args.nodes)] if args.stages else []
+    delivery = args.delivery or Settings.from_env().delivery
+    isolation = isolation_of(delivery)
+    # exactly_once: the nodes serve /metrics too, for their transactions' counters.
+    serve_metrics = args.stages or delivery == "exactly_once"
+    ports = [free_port() for _ in range(args.nodes)] if serve_metrics else []
     stages: dict[str, Buckets] = {}
-    async with bench_cluster(args.nodes, ports) as settings:
+    counters: dict[str, float] = {}
+    logs: dict[str, Any] = {}
+    async with bench_cluster(args.nodes, ports, delivery, logs) as settings:
         topic = f"bench.{settings.key_prefix}"
-        async with kafka_topic(settings, topic):
-            reopen = functools.partial(start_consumer, settings, topic)
+        async with kafka_topic(settings, topic) as layout:
+            reopen = functools.partial(start_consumer, settings, topic, isolation)
             consumer = await reopen()
             try:
                 first_due_ms = round((time.time() + lead_s) * 1000)
@@ -429,12 +584,21 @@ async def run_fire(args: argparse.Namespace) -> dict[str, Any]:
             finally:
                 await consumer.stop()
         if ports:  # once every job arrived, before the nodes stop
-            stages = await scrape_stages(ports)
+            texts = await scrape(ports)
+            stages, counters = stage_buckets(texts), node_counters(texts)
     if args.raw:
         write_pairs(args.raw, received)
     result = fire_result(
         args, settings, received, first_due_ms, window_s, lead_s, rate, added_in_time
     )
+    result |= {
+        "delivery": delivery,
+        "isolation_level": isolation,
+        "kafka": dataclasses.asdict(layout),
+        "node_logs": logs,
+    }
+    if counters:
+        result["node_counters"] = counters
     if args.stages:
         result["stages"] = stage_rows(stages, received)
     return result
@@ -700,6 +864,13 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="serve the nodes' /metrics on free ports, scrape them at the end and report "
         "p50/p99 of each stage from due to received",
+    )
+    parser.add_argument(
+        "--delivery",
+        choices=DELIVERY_MODES,
+        default=None,
+        help="the nodes' delivery (default: the environment's, DELAYQ_DELIVERY, else "
+        "at_least_once); exactly_once is read with isolation_level=read_committed",
     )
     parser.add_argument("--out", type=Path, default=None, help="where to write the JSON")
     args = parser.parse_args()

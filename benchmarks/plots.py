@@ -19,9 +19,16 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-COLORS = {"delayq": "tab:blue", "bullmq": "tab:orange", "arq": "tab:green", "floor": "tab:gray"}
+COLORS = {
+    "delayq": "tab:blue",
+    "delayq-eos": "tab:purple",
+    "bullmq": "tab:orange",
+    "arq": "tab:green",
+    "floor": "tab:gray",
+}
 LABELS = {
     "delayq": "delayq (at a Kafka consumer)",
+    "delayq-eos": "delayq, exactly-once (at a read_committed consumer)",
     "bullmq": "BullMQ (in its worker)",
     "arq": "arq (in its worker)",
     "floor": "Kafka floor (bare producer → broker → consumer)",
@@ -95,7 +102,7 @@ def fire_rate(scenario: Result, title: str, per_buckets: int = 1) -> Figure:
         times = [series["start_s"] + i * step_s for i in range(len(sums))]
         label = LABELS[name]
         if r.get("fire_times") == "publish":
-            label = "delayq (handed to Kafka by the node)"
+            label = f"{label.split(' (')[0]} (handed to Kafka by the node)"
         ax.step(
             times,
             [c / step_s for c in sums],

@@ -12,6 +12,7 @@ END = "<!-- harness:end -->"
 HEADING = "## Side by side with BullMQ and arq (harness)"
 NAMES = {
     "delayq": "delayq",
+    "delayq-eos": "delayq, exactly-once",
     "bullmq": "BullMQ",
     "arq": "arq",
     "delayq_node": "delayq, 1 node",
@@ -20,6 +21,7 @@ NAMES = {
 }
 PEERS = ("bullmq", "arq")
 STEADY_PEERS = (*PEERS, "floor")
+EOS = "delayq-eos"
 LATE_MARK = "†"
 
 Result = dict[str, Any]
@@ -131,7 +133,10 @@ def steady_table(s: Result) -> str:
                 tally(r),
             ]
         )
-    for d, p in ratio_pairs(results, ["delayq"], STEADY_PEERS):
+    pairs = ratio_pairs(results, [EOS], ["delayq"]) + ratio_pairs(
+        results, ["delayq", EOS], STEADY_PEERS
+    )
+    for d, p in pairs:
         rows.append(
             [
                 f"{NAMES[d]} ÷ {NAMES[p]}",
@@ -145,7 +150,7 @@ def steady_table(s: Result) -> str:
                 "",
             ]
         )
-    for d, p in ratio_pairs(results, ["delayq"], ["floor"]):
+    for d, p in ratio_pairs(results, ["delayq", EOS], ["floor"]):
         rows.append(
             [
                 f"{NAMES[d]} − {NAMES[p]}",
@@ -163,24 +168,59 @@ def steady_table(s: Result) -> str:
 
 
 def stages_table(s: Result) -> str:
-    """Where delayq's lateness goes: its stage rows (fire_bench --stages), then the
-    floor's broker acknowledgement and receive at the same rate, for scale."""
-    headers = ["stage", "p50", "p99", "measured from"]
+    """Where delayq's lateness goes: its stage rows (fire_bench --stages), beside them
+    the exactly-once run's when there is one, then the floor's broker acknowledgement
+    and receive at the same rate, for scale."""
     delayq, floor = s["results"].get("delayq", {}), s["results"].get("floor", {})
-    rows = [
-        [r["stage"], ms(r["p50_ms"]), ms(r["p99_ms"]), f"{r['source']}, {count(r['jobs'])} jobs"]
-        for r in delayq.get("stages", [])
-    ]
+    eos = s["results"].get(EOS, {})
+    eos_stages = {r["stage"]: r for r in eos.get("stages", [])}
+    if not eos_stages:
+        headers = ["stage", "p50", "p99", "measured from"]
+        rows = [
+            [
+                r["stage"],
+                ms(r["p50_ms"]),
+                ms(r["p99_ms"]),
+                f"{r['source']}, {count(r['jobs'])} jobs",
+            ]
+            for r in delayq.get("stages", [])
+        ]
+        blank: list[str] = []
+    else:
+        headers = ["stage", "p50", "p99", "exactly-once: p50", "p99", "measured from"]
+        ours = {r["stage"]: r for r in delayq.get("stages", [])}
+        rows = []
+        for stage in [*ours, *(name for name in eos_stages if name not in ours)]:
+            a, b = ours.get(stage, {}), eos_stages.get(stage, {})
+            either = a or b
+            rows.append(
+                [
+                    stage,
+                    ms(a.get("p50_ms")),
+                    ms(a.get("p99_ms")),
+                    ms(b.get("p50_ms")),
+                    ms(b.get("p99_ms")),
+                    f"{either['source']}, {count(either['jobs'])} jobs",
+                ]
+            )
+        blank = ["", ""]
     if "error" not in floor and "broker_ack_lateness_ms" in floor:
         ack = floor["broker_ack_lateness_ms"]
         rows.append(
-            ["Kafka floor: due → broker ack", ms(ack["p50"]), ms(ack["p99"]), "its producer"]
+            [
+                "Kafka floor: due → broker ack",
+                ms(ack["p50"]),
+                ms(ack["p99"]),
+                *blank,
+                "its producer",
+            ]
         )
         rows.append(
             [
                 "Kafka floor: due → received",
                 ms(lat(floor, "p50")),
                 ms(lat(floor, "p99")),
+                *blank,
                 "its consumer",
             ]
         )
@@ -220,7 +260,7 @@ def burst_table(s: Result) -> str:
                 tally(r),
             ]
         )
-    for d, p in ratio_pairs(results, ["delayq"]):
+    for d, p in ratio_pairs(results, [EOS], ["delayq"]) + ratio_pairs(results, ["delayq"]):
         rows.append(
             [
                 f"{NAMES[d]} ÷ {NAMES[p]}",
@@ -397,7 +437,7 @@ def titles(run: Result) -> dict[str, str]:
             f"Steady: {int(rate):,} jobs/s due for {steady['seconds']:g} s "
             f"({steady['jobs']:,} jobs)"
         )
-        if "stages" in steady["results"].get("delayq", {}):
+        if any("stages" in steady["results"].get(d, {}) for d in ("delayq", EOS)):
             out[f"stages-{rate}"] = f"Where delayq's lateness goes at {int(rate):,} jobs/s"
     if "burst" in s:
         out["burst"] = f"Burst: {o['burst_jobs']:,} jobs due within the same second"
@@ -490,8 +530,11 @@ def machine_line(m: Result) -> str:
 
 HOW = """\
 - delayq: `schedule_many` (a MySQL row and Redis per job), node process(es), fired to
-  Kafka (Tansu, local); lateness at a Kafka consumer in the benchmark process, so it
+  Kafka ({broker}); lateness at a Kafka consumer in the benchmark process, so it
   includes the broker round trip.
+- delayq, exactly-once (when run): the same with `delivery = "exactly_once"`, each
+  slot's records in Kafka transactions, read by a consumer with
+  `isolation_level="read_committed"`.
 - BullMQ: `addBulk` of delayed jobs (1,000 per call, `removeOnComplete`), one Worker with
   concurrency 200; lateness in the worker's job function.
 - arq: `enqueue_job(_defer_until=...)`, one worker with `max_jobs` 200, other settings at
@@ -541,7 +584,7 @@ def section(run: Result, images: Sequence[Path]) -> str:
         "markers._",
         f"```sh\n{run['command']}\n```",
         f"Machine: {machine_line(run['machine'])}",
-        HOW,
+        HOW.format(broker=run["machine"]["kafka_broker"]),
     ]
     notes = scenario_notes(run)
     for part, title, text in scenario_tables(run):

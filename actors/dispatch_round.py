@@ -31,7 +31,10 @@ from cluster.model.jobs import topic_allowed
 from cluster.scripts.codec import Claimed
 
 # Hands records to the producer, given each one's (slot, job id); one future per record.
-Send = Callable[[list[Fire], list[tuple[int, bytes]]], Awaitable[list[asyncio.Future[object]]]]
+# And the time.monotonic() their claim's reply arrived.
+Send = Callable[
+    [list[Fire], list[tuple[int, bytes]], float], Awaitable[list[asyncio.Future[object]]]
+]
 
 # Error of a lean job whose MySQL row is gone: its record cannot be built.
 NO_ROW_ERROR = "MissingRow: the job's payload is not in Redis and MySQL has no row of it"
@@ -201,7 +204,8 @@ async def publish_held(
                 continue
             released.append((job, max(job.claimed_ms + held_ms, job.due_ms)))
         fires = [fire_of(job.envelope, job.attempt, fired_ms) for job, fired_ms in released]
-        futures = await send(fires, [(job.slot, job.job_id) for job, _ in released])
+        claimed = min((job.received for job, _ in released), default=now)
+        futures = await send(fires, [(job.slot, job.job_id) for job, _ in released], claimed)
         for (job, fired_ms), future, fire in zip(released, futures, fires, strict=True):
             sent[job.slot].append(Sent(job.job_id, future, fire.topic, job.due_ms, fired_ms))
 

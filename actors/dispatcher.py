@@ -207,7 +207,7 @@ class Dispatcher(Actor):
             await self._nack(slot, epoch, errors)
         for (slot, epoch), job_ids in jobs.unbuilt.items():
             await self._release(slot, epoch, job_ids)
-        return await self._publish(jobs.fires, jobs.owners), jobs.later, jobs.more
+        return await self._publish(jobs.fires, jobs.owners, received), jobs.later, jobs.more
 
     async def _claim(
         self, held: list[tuple[int, int]]
@@ -261,13 +261,15 @@ class Dispatcher(Actor):
         return fresh
 
     async def _publish(
-        self, fires: list[Fire], owners: list[tuple[int, bytes, int]]
+        self, fires: list[Fire], owners: list[tuple[int, bytes, int]], received: float
     ) -> dict[int, list[Sent]]:
         """Hand the records to the producer; returns them by slot, with their futures.
-        owners: (slot, job id, claimed at) of each record."""
+        owners: (slot, job id, claimed at) of each record; received: the monotonic time
+        the claims' reply arrived."""
         sent: dict[int, list[Sent]] = defaultdict(list)
         if fires:
-            futures = await self._send(fires, [(slot, job_id) for slot, job_id, _ in owners])
+            owned = [(slot, job_id) for slot, job_id, _ in owners]
+            futures = await self._send(fires, owned, received)
             for (slot, job_id, claimed_ms), future, fire in zip(
                 owners, futures, fires, strict=True
             ):
@@ -275,12 +277,13 @@ class Dispatcher(Actor):
         return sent
 
     async def _send(
-        self, fires: list[Fire], owners: list[tuple[int, bytes]]
+        self, fires: list[Fire], owners: list[tuple[int, bytes]], claimed: float
     ) -> list[asyncio.Future[object]]:
         """Hand records to the producer (exactly_once: one transaction per slot);
-        owners: the (slot, job id) of each."""
+        owners: the (slot, job id) of each; claimed: when their claim's reply arrived
+        (time.monotonic())."""
         if self.transactions is not None:
-            return self.transactions.publish(fires, owners)
+            return self.transactions.publish(fires, owners, claimed, self.lease_ms)
         return await self.publisher.publish(fires)
 
     async def _load_tails(self, job_ids: list[bytes]) -> dict[bytes, bytes] | None:

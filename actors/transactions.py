@@ -70,6 +70,10 @@ class _Waiting(NamedTuple):
     fires: list[Fire]
     job_ids: list[bytes]
     future: asyncio.Future[object]
+    # Not sent unless its transaction begins by then (time.monotonic()): a claim that
+    # waited too long may have passed its in-flight deadline, and the reaper may have
+    # retried its jobs already.
+    send_by: float
 
 
 def transactional_id(settings: Settings, slot: int) -> str:
@@ -105,6 +109,7 @@ class SlotTransactions:
         self.aborted_total = 0  # transactions aborted (their jobs are retried)
         self.in_doubt_total = 0  # transactions whose outcome was left to the journal
         self.resolved_total = 0  # in-flight jobs found committed in the journal, acked
+        self.stale_total = 0  # jobs not sent: their claim waited too long for a transaction
 
     async def start(self) -> None:
         """Create the journal topic if it is missing, check that the broker supports
@@ -138,11 +143,17 @@ class SlotTransactions:
         await self.journal.close()
 
     def publish(
-        self, fires: Sequence[Fire], owners: Sequence[tuple[int, bytes]]
+        self,
+        fires: Sequence[Fire],
+        owners: Sequence[tuple[int, bytes]],
+        claimed: float,
+        lease_ms: float,
     ) -> list[asyncio.Future[object]]:
         """Queue the records for their slots' next transactions; every record gets the
         future of its slot's share: done when its transaction was committed, failed when
-        it was aborted, InDoubt when that is unknown."""
+        it was aborted, InDoubt when that is unknown. claimed: the time.monotonic() the
+        claim's reply arrived; a record whose transaction has not begun lease_ms after
+        it is not sent (InDoubt: its jobs stay in flight for the reaper)."""
         by_slot: dict[int, list[int]] = defaultdict(list)
         for index, (slot, _) in enumerate(owners):
             by_slot[slot].append(index)
@@ -150,7 +161,10 @@ class SlotTransactions:
         loop = asyncio.get_running_loop()
         for slot, indexes in by_slot.items():
             entry = _Waiting(
-                [fires[i] for i in indexes], [owners[i][1] for i in indexes], loop.create_future()
+                [fires[i] for i in indexes],
+                [owners[i][1] for i in indexes],
+                loop.create_future(),
+                claimed + lease_ms / 1000,
             )
             self._waiting.setdefault(slot, []).append(entry)
             if slot not in self._workers:
@@ -176,11 +190,7 @@ class SlotTransactions:
                 if waiting:  # the rest go in the next transaction
                     self._waiting[slot] = waiting + self._waiting.get(slot, [])
                 try:
-                    await self._transact(
-                        slot,
-                        [fire for entry in taken for fire in entry.fires],
-                        [job_id for entry in taken for job_id in entry.job_ids],
-                    )
+                    await self._transact(slot, taken)
                 except Exception as exc:
                     for entry in taken:
                         entry.future.set_exception(exc)
@@ -195,7 +205,9 @@ class SlotTransactions:
         finally:
             del self._workers[slot]
 
-    async def _transact(self, slot: int, fires: list[Fire], job_ids: list[bytes]) -> None:
+    async def _transact(self, slot: int, taken: list[_Waiting]) -> None:
+        """One transaction of the taken records; the entries that waited past their
+        send_by are settled InDoubt here, unsent."""
         async with self._locks[slot]:
             try:
                 epoch = self.ownership.epoch(slot)
@@ -203,6 +215,19 @@ class SlotTransactions:
                 raise NotOwned(f"slot {slot} is no longer owned by this node") from None
             publisher = await self._publisher(slot, epoch)
             producer = publisher.producer
+            # Checked with the lock held, right before the transaction begins: from
+            # here to its end the reaper cannot read the journal for this slot.
+            now = time.monotonic()
+            for entry in [entry for entry in taken if now > entry.send_by]:
+                taken.remove(entry)
+                entry.future.set_exception(
+                    InDoubt("not sent: claimed too long ago; left in flight for the reaper")
+                )
+                self.stale_total += len(entry.job_ids)
+            if not taken:
+                return
+            fires = [fire for entry in taken for fire in entry.fires]
+            job_ids = [job_id for entry in taken for job_id in entry.job_ids]
             began_ms = int(time.time() * 1000)
             committing = False
             try:

@@ -14,7 +14,7 @@ import asyncio
 import logging
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import NewTopic
 
 from cluster.connections.kafka_conn import make_admin, make_consumer, start_client
@@ -79,6 +79,24 @@ class Journal:
 
     def partition_of(self, slot: int) -> int:
         return slot % self.partitions
+
+    async def send(
+        self,
+        producer: AIOKafkaProducer,
+        slot: int,
+        epoch: int,
+        job_ids: list[bytes],
+        barrier: str = "",
+    ) -> asyncio.Future[object]:
+        """Add the slot's record to the producer's open transaction, on the slot's
+        partition; returns its delivery future."""
+        sent: asyncio.Future[object] = await producer.send(
+            self.topic,
+            self.record(slot, epoch, job_ids, barrier),
+            key=str(slot).encode(),
+            partition=self.partition_of(slot),
+        )
+        return sent
 
     def record(self, slot: int, epoch: int, job_ids: list[bytes], barrier: str = "") -> bytes:
         """A transaction's record: the jobs it carries; or, with `barrier`, a record

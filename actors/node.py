@@ -33,6 +33,7 @@ from actors.mover import Mover
 from actors.outbox import Outbox
 from actors.ownership import HeldSlots
 from actors.preflight import check_redis
+from actors.publisher import make_producer
 from actors.queues import SlotQueue
 from actors.reaper import RetryReaper
 from actors.reconciler import Reconciler
@@ -44,7 +45,7 @@ from actors.scanner import SlotScanner
 from actors.supervisor import Supervisor
 from actors.transactions import SlotTransactions
 from actors.wake_listener import WakeListener
-from cluster.connections.kafka_conn import connection_options, start_client
+from cluster.connections.kafka_conn import start_client
 from cluster.connections.redis_conn import RedisClient, open_redis
 from cluster.errors import ClusterConfigError, ConfigError, SchemaError, StartupFailed, UnsafeConfig
 from cluster.model.keys import KeySpace
@@ -54,21 +55,6 @@ from cluster.settings.config import Settings, redact_url
 from cluster.store.mysql_store import MySQLStore
 
 log = logging.getLogger(__name__)
-
-
-def make_producer(settings: Settings) -> AIOKafkaProducer:
-    """The node's producer; connection and security options from
-    cluster/connections/kafka_conn.py."""
-    return AIOKafkaProducer(
-        **connection_options(settings),
-        client_id=f"delayq-{settings.node_id}",
-        acks="all",
-        enable_idempotence=settings.kafka_idempotence,
-        linger_ms=settings.kafka_linger_ms,
-        request_timeout_ms=settings.kafka_request_timeout_ms,
-        max_batch_size=256 * 1024,
-        max_request_size=settings.kafka_max_batch_bytes,
-    )
 
 
 @dataclass

@@ -31,7 +31,26 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
 
+from cluster.connections.kafka_conn import connection_options
 from cluster.model.envelope import Fire, partition_of
+from cluster.settings.config import Settings
+
+
+def make_producer(settings: Settings, transactional_id: str | None = None) -> AIOKafkaProducer:
+    """The node's producer; with a transactional id, a slot's (delivery = exactly_once,
+    actors/transactions.py), which is always idempotent. Connection and security options
+    from cluster/connections/kafka_conn.py."""
+    return AIOKafkaProducer(
+        **connection_options(settings),
+        client_id=f"delayq-{settings.node_id}",
+        acks="all",
+        enable_idempotence=settings.kafka_idempotence or transactional_id is not None,
+        transactional_id=transactional_id,
+        linger_ms=settings.kafka_linger_ms,
+        request_timeout_ms=settings.kafka_request_timeout_ms,
+        max_batch_size=256 * 1024,
+        max_request_size=settings.kafka_max_batch_bytes,
+    )
 
 
 def _failed(exc: BaseException) -> asyncio.Future[object]:

@@ -36,11 +36,8 @@ from aiokafka import AIOKafkaProducer
 from actors import failpoints
 from actors.journal import Journal
 from actors.ownership import Ownership
-from actors.publisher import Publisher
-from cluster.connections.kafka_conn import (
-    connection_options,
-    start_client,
-)
+from actors.publisher import Publisher, make_producer
+from cluster.connections.kafka_conn import start_client
 from cluster.errors import ConfigError
 from cluster.model.envelope import Fire
 from cluster.scripts.facade import Scripts
@@ -109,13 +106,12 @@ class SlotTransactions:
         self.aborted_total = 0  # transactions aborted (their jobs are retried)
         self.in_doubt_total = 0  # transactions whose outcome was left to the journal
         self.resolved_total = 0  # in-flight jobs found committed in the journal, acked
-        self.stale_total = 0  # jobs not sent: their claim waited too long for a transaction
 
     async def start(self) -> None:
         """Create the journal topic if it is missing, check that the broker supports
         transactions, and start the journal's reader."""
         await self.journal.create_topic()
-        probe = self._new_producer(f"delayq.{self.settings.key_prefix}.probe")
+        probe = make_producer(self.settings, f"delayq.{self.settings.key_prefix}.probe")
         try:
             try:
                 await start_client(probe, self.settings)
@@ -223,7 +219,6 @@ class SlotTransactions:
                 entry.future.set_exception(
                     InDoubt("not sent: claimed too long ago; left in flight for the reaper")
                 )
-                self.stale_total += len(entry.job_ids)
             if not taken:
                 return
             fires = [fire for entry in taken for fire in entry.fires]
@@ -233,15 +228,9 @@ class SlotTransactions:
             try:
                 async with asyncio.timeout(self.settings.kafka_delivery_timeout_ms / 1000):
                     await producer.begin_transaction()
-                    journal = self.journal.record(slot, epoch, job_ids)
                     sends = [
                         *set(await publisher.publish(fires)),
-                        await producer.send(
-                            self.journal.topic,
-                            journal,
-                            key=str(slot).encode(),
-                            partition=self.journal.partition_of(slot),
-                        ),
+                        await self.journal.send(producer, slot, epoch, job_ids),
                     ]
                     errors = [
                         r
@@ -310,7 +299,7 @@ class SlotTransactions:
                 return held[0]
             await self._discard(slot)
         await self._check_epoch(slot, epoch)
-        producer = self._new_producer(transactional_id(self.settings, slot))
+        producer = make_producer(self.settings, transactional_id(self.settings, slot))
         began = time.monotonic()
         try:
             await start_client(producer, self.settings)
@@ -326,10 +315,10 @@ class SlotTransactions:
         return publisher
 
     async def _check_epoch(self, slot: int, epoch: int) -> None:
-        current = await self.scripts.redis.get(self.scripts.keys.slot(slot).owner)
-        if int(current or 0) != epoch:
+        current = int(await self.scripts.redis.get(self.scripts.keys.slot(slot).owner) or 0)
+        if current != epoch:
             self.ownership.lost(slot, epoch)
-            raise NotOwned(f"slot {slot} has epoch {int(current or 0)} in Redis, not {epoch}")
+            raise NotOwned(f"slot {slot} has epoch {current} in Redis, not {epoch}")
 
     async def _discard(self, slot: int) -> None:
         held = self._publishers.pop(slot, None)
@@ -344,30 +333,13 @@ class SlotTransactions:
             except Exception as exc:  # its connection may be what broke
                 log.debug("stopping the producer of slot %d: %s", slot, exc)
 
-    def _new_producer(self, txn_id: str) -> AIOKafkaProducer:
-        s = self.settings
-        return AIOKafkaProducer(
-            **connection_options(s),
-            client_id=f"delayq-{s.node_id}",
-            acks="all",
-            enable_idempotence=True,
-            transactional_id=txn_id,
-            linger_ms=s.kafka_linger_ms,
-            request_timeout_ms=s.kafka_request_timeout_ms,
-            max_batch_size=256 * 1024,
-            max_request_size=s.kafka_max_batch_bytes,
-        )
-
     async def settle_timed_out(self, held: list[tuple[int, int]], now_ms: int, limit: int) -> int:
         """Before the retry-reaper retries in-flight jobs whose deadline passed (by
         now_ms, the Redis clock): ack those the journal shows committed. Returns how
         many were acked."""
         acked = 0
-        for slot, epoch in held:
-            inflight = self.scripts.keys.slot(slot).inflight
-            timed_out: list[tuple[bytes, float]] = await self.scripts.redis.zrangebyscore(  # type: ignore[assignment]
-                inflight, "-inf", now_ms, start=0, num=limit, withscores=True
-            )
+        replies = await self.scripts.timed_out_many([slot for slot, _ in held], now_ms, limit)
+        for (slot, epoch), timed_out in zip(held, replies, strict=True):
             if not timed_out:
                 continue
             oldest_claim_ms = (
@@ -415,13 +387,7 @@ class SlotTransactions:
         try:
             async with asyncio.timeout(self.settings.kafka_delivery_timeout_ms / 1000):
                 await producer.begin_transaction()
-                sent = await producer.send(
-                    self.journal.topic,
-                    self.journal.record(slot, epoch, [], barrier),
-                    key=str(slot).encode(),
-                    partition=self.journal.partition_of(slot),
-                )
-                await sent
+                await (await self.journal.send(producer, slot, epoch, [], barrier))
                 await producer.commit_transaction()
         except BaseException:
             await self._discard(slot)  # its transaction may be open

@@ -16,7 +16,7 @@ delayq's lateness has above this floor is delayq's own (or its share of the mach
   with a 100-byte payload), keyed by the job id, on a fresh topic of the same six
   partitions, spread over them round robin (as evenly as the node's murmur2 of each
   record's key spreads delayq's records).
-- The producer is the node's (actors/node.py make_producer: acks=all, idempotence as
+- The producer is the node's (actors/publisher.py make_producer: acks=all, idempotence as
   kafka_idempotence says, the same batch sizes) with linger_ms 0: the sender takes a
   batch as soon as the loop gives it a turn, so the records due in one iteration of
   the send loop go out together, and none waits for more.
@@ -59,7 +59,7 @@ from fire_bench import (
 )
 from summary import percentile
 
-from actors.node import make_producer
+from actors.publisher import make_producer
 from cluster.connections.kafka_conn import start_client
 from cluster.settings.config import Settings
 

@@ -27,7 +27,8 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import NewTopic
 
-from actors.node import Node, make_producer, run_node
+from actors.node import Node, run_node
+from actors.publisher import make_producer
 from cluster.connections.kafka_conn import (
     connection_options,
     make_admin,

@@ -315,6 +315,18 @@ class Scripts(ScriptRunner):
             pipe.lrange(self.keys.slot(slot).done, 0, count - 1)
         return [list(entries) for entries in await pipe.execute()]
 
+    async def timed_out_many(
+        self, slots: list[int], upto_ms: int, count: int
+    ) -> list[list[tuple[bytes, float]]]:
+        """Each slot's oldest count in-flight jobs whose deadline is at most upto_ms,
+        with their deadlines, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for slot in slots:
+            pipe.zrangebyscore(
+                self.keys.slot(slot).inflight, "-inf", upto_ms, start=0, num=count, withscores=True
+            )
+        return [list(entries) for entries in await pipe.execute()]
+
     def _trim_calls(
         self, trims: dict[int, tuple[int, int, list[str]]], retention_ms: int
     ) -> list[Call]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.node import make_producer
+from actors.publisher import make_producer
 from cluster.connections.kafka_conn import (
     connection_options,
     diagnose,

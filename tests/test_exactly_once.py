@@ -14,14 +14,13 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import orjson
 import pytest
 from aiokafka import TopicPartition
 
-from actors.failpoints import EXIT_CODE
 from actors.node import Node
 from actors.transactions import transactional_id
 from cluster import DelayClient, Job
@@ -33,7 +32,7 @@ from cluster.settings.config import Settings
 from tests.checker import Ledger, Verdict
 from tests.conftest import Collector, wait_for
 from tests.processes import NodeProcess
-from tests.test_faults import assert_safe, reading, scenario, settle, steady_load
+from tests.test_faults import assert_safe, crash_at, scenario
 
 EXACTLY_ONCE = {"DELAYQ_DELIVERY": "exactly_once"}
 
@@ -134,13 +133,47 @@ def test_each_slot_has_its_own_transactional_id(settings: Settings) -> None:
     assert all(settings.key_prefix in i for i in ids)
 
 
+async def sigkill_a_node(procs: list[NodeProcess]) -> None:
+    procs[0].signal(signal.SIGKILL)
+
+
+async def freeze_a_node_past_its_session(procs: list[NodeProcess]) -> None:
+    """A zombie: the node freezes mid-publish past its ZooKeeper session, the other takes
+    its slots (and their transactional ids, fencing it), then it wakes up."""
+    procs[0].signal(signal.SIGSTOP)
+    try:
+        await asyncio.sleep(6.5)
+    finally:
+        procs[0].signal(signal.SIGCONT)
+
+
+async def kill_the_broker(procs: list[NodeProcess]) -> None:
+    """kill -9 of the broker mid-transaction; it restarts with its log 5 s later."""
+    pid = stack.service_pid("kafka")
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    await asyncio.sleep(5)
+    await asyncio.to_thread(stack.up)
+
+
 @pytest.mark.slow
 @pytest.mark.faults
 class TestFaults:
     """The fault suite's scenarios in exactly_once mode: 0 lost, 0 early, 0 duplicates."""
 
-    async def test_sigkill_a_node_mid_dispatch(
+    @pytest.mark.parametrize(
+        ("name", "fault"),
+        [
+            ("eos-sigkill-node", sigkill_a_node),
+            ("eos-zombie-node", freeze_a_node_past_its_session),
+            ("eos-broker-killed", kill_the_broker),
+        ],
+        ids=["sigkill-node", "zombie-node", "broker-killed"],
+    )
+    async def test_a_fault(
         self,
+        name: str,
+        fault: Callable[[list[NodeProcess]], Awaitable[None]],
         settings: Settings,
         client: DelayClient,
         redis: RedisClient,
@@ -148,82 +181,8 @@ class TestFaults:
         committed: Collector,
         tmp_path: Path,
     ) -> None:
-        async def fault(procs: list[NodeProcess]) -> None:
-            procs[0].signal(signal.SIGKILL)
-
         result, ledger = await scenario(
-            "eos-sigkill-node",
-            settings,
-            client,
-            redis,
-            topic,
-            committed,
-            tmp_path,
-            fault,
-            node_env=EXACTLY_ONCE,
-        )
-        assert_once(result, ledger)
-
-    async def test_a_zombie_node(
-        self,
-        settings: Settings,
-        client: DelayClient,
-        redis: RedisClient,
-        topic: str,
-        committed: Collector,
-        tmp_path: Path,
-    ) -> None:
-        """A node freezes past its ZooKeeper session mid-publish, the other takes its
-        slots (and their transactional ids, fencing it), then it wakes up."""
-
-        async def fault(procs: list[NodeProcess]) -> None:
-            procs[0].signal(signal.SIGSTOP)
-            try:
-                await asyncio.sleep(6.5)
-            finally:
-                procs[0].signal(signal.SIGCONT)
-
-        result, ledger = await scenario(
-            "eos-zombie-node",
-            settings,
-            client,
-            redis,
-            topic,
-            committed,
-            tmp_path,
-            fault,
-            node_env=EXACTLY_ONCE,
-        )
-        assert_once(result, ledger)
-
-    async def test_broker_killed_and_restarted(
-        self,
-        settings: Settings,
-        client: DelayClient,
-        redis: RedisClient,
-        topic: str,
-        committed: Collector,
-        tmp_path: Path,
-    ) -> None:
-        """kill -9 of the broker mid-transaction; it restarts with its log 5 s later."""
-
-        async def fault(procs: list[NodeProcess]) -> None:
-            pid = stack.service_pid("kafka")
-            assert pid is not None
-            os.kill(pid, signal.SIGKILL)
-            await asyncio.sleep(5)
-            await asyncio.to_thread(stack.up)
-
-        result, ledger = await scenario(
-            "eos-broker-killed",
-            settings,
-            client,
-            redis,
-            topic,
-            committed,
-            tmp_path,
-            fault,
-            node_env=EXACTLY_ONCE,
+            name, settings, client, redis, topic, committed, tmp_path, fault, node_env=EXACTLY_ONCE
         )
         assert_once(result, ledger)
 
@@ -240,21 +199,15 @@ class TestFaults:
     ) -> None:
         """A node dies at a step of a transaction: claimed, sent but not committed,
         committed but not acked. A second node takes over; nothing fires twice."""
-        env = {**EXACTLY_ONCE, "DELAYQ_FAILPOINT": failpoint}
-        crashing = NodeProcess(settings, tmp_path, "crashing", env)
-        ledger = Ledger()
-        survivor: NodeProcess | None = None
-        try:
-            await crashing.wait_ready()
-            async with reading(committed):
-                load = asyncio.create_task(steady_load(ledger, client, topic, seconds=4.0))
-                assert await crashing.wait_exit() == EXIT_CODE
-                survivor = NodeProcess(settings, tmp_path, "survivor", EXACTLY_ONCE)
-                await survivor.wait_ready()
-                await load
-            result = await settle(f"eos-crash-{failpoint}", ledger, committed, client, redis)
-        finally:
-            crashing.kill()
-            if survivor is not None:
-                survivor.kill()
+        result, ledger = await crash_at(
+            failpoint,
+            f"eos-crash-{failpoint}",
+            settings,
+            client,
+            redis,
+            topic,
+            committed,
+            tmp_path,
+            EXACTLY_ONCE,
+        )
         assert_once(result, ledger)

@@ -444,6 +444,39 @@ async def test_node_clock_an_hour_ahead(
     assert_safe(result, ledger)
 
 
+async def crash_at(
+    failpoint: str,
+    name: str,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
+    node_env: dict[str, str] | None = None,
+) -> tuple[Verdict, Ledger]:
+    """A node (with node_env) dies at `failpoint` under load; a second node (node_env,
+    started when the first died) takes over. Settled and judged as `name`."""
+    env = node_env or {}
+    crashing = NodeProcess(settings, tmp_path, "crashing", {**env, "DELAYQ_FAILPOINT": failpoint})
+    ledger = Ledger()
+    survivor: NodeProcess | None = None
+    try:
+        await crashing.wait_ready()
+        async with reading(collector):
+            load = asyncio.create_task(steady_load(ledger, client, topic, seconds=4.0))
+            assert await crashing.wait_exit() == EXIT_CODE
+            survivor = NodeProcess(settings, tmp_path, "survivor", env)
+            await survivor.wait_ready()
+            await load
+        result = await settle(name, ledger, collector, client, redis)
+    finally:
+        crashing.kill()
+        if survivor is not None:
+            survivor.kill()
+    return result, ledger
+
+
 @pytest.mark.parametrize("failpoint", NAMES)
 async def test_crash_at_failpoint(
     failpoint: str,
@@ -455,22 +488,9 @@ async def test_crash_at_failpoint(
     tmp_path: Path,
 ) -> None:
     """A node dies at an exact step; a second node (started when it died) loses nothing."""
-    crashing = NodeProcess(settings, tmp_path, "crashing", {"DELAYQ_FAILPOINT": failpoint})
-    ledger = Ledger()
-    survivor: NodeProcess | None = None
-    try:
-        await crashing.wait_ready()
-        async with reading(collector):
-            load = asyncio.create_task(steady_load(ledger, client, topic, seconds=4.0))
-            assert await crashing.wait_exit() == EXIT_CODE
-            survivor = NodeProcess(settings, tmp_path, "survivor")
-            await survivor.wait_ready()
-            await load
-        result = await settle(f"crash-{failpoint}", ledger, collector, client, redis)
-    finally:
-        crashing.kill()
-        if survivor is not None:
-            survivor.kill()
+    result, ledger = await crash_at(
+        failpoint, f"crash-{failpoint}", settings, client, redis, topic, collector, tmp_path
+    )
     assert_safe(result, ledger)
 
 

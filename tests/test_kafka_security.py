@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
 
 import orjson
 import pytest
@@ -178,81 +177,63 @@ async def test_the_topic_fixture_and_collector_use_the_settings(
 # ----- refusals --------------------------------------------------------------------------
 
 
-def _wrong_password(kafka: Settings, ca: str) -> Settings:
-    return kafka.replace(kafka_sasl_password=f"not-{kafka.kafka_sasl_password}")
+# Stands for the file of the foreign_ca fixture, a CA that never signed the broker's
+# certificate.
+FOREIGN_CA = "<foreign CA>"
 
-
-def _unknown_user(kafka: Settings, ca: str) -> Settings:
-    return kafka.replace(kafka_sasl_username="nobody-here")
-
-
-def _broker_user(kafka: Settings, ca: str) -> Settings:
-    """The brokers' own user, with the client's password."""
-    return kafka.replace(kafka_sasl_username="kafka-broker")
-
-
-def _sha_256(kafka: Settings, ca: str) -> Settings:
-    return kafka.replace(kafka_sasl_mechanism="SCRAM-SHA-256")
-
-
-def _plain_mechanism(kafka: Settings, ca: str) -> Settings:
-    return kafka.replace(kafka_sasl_mechanism="PLAIN")
-
-
-def _plaintext(kafka: Settings, ca: str) -> Settings:
-    return kafka.replace(kafka_security_protocol="PLAINTEXT")
-
-
-def _sasl_plaintext(kafka: Settings, ca: str) -> Settings:
-    return kafka.replace(kafka_security_protocol="SASL_PLAINTEXT")
-
-
-def _tls_without_sasl(kafka: Settings, ca: str) -> Settings:
-    return kafka.replace(kafka_security_protocol="SSL")
-
-
-def _untrusted_ca(kafka: Settings, ca: str) -> Settings:
-    return kafka.replace(kafka_ssl_cafile=ca)
-
-
-REFUSALS: dict[str, tuple[Callable[[Settings, str], Settings], str]] = {
+# Each case: the settings it changes, and what the refusal must say.
+REFUSALS: dict[str, tuple[dict[str, str], str]] = {
     "wrong password": (
-        _wrong_password,
+        {"kafka_sasl_password": "not-the-stack-password"},
         "(SASL_SSL) refused SASL authentication as 'delayq' with SCRAM-SHA-512: "
         "wrong kafka_sasl_username or kafka_sasl_password",
     ),
     "unknown user": (
-        _unknown_user,
+        {"kafka_sasl_username": "nobody-here"},
         "(SASL_SSL) refused SASL authentication as 'nobody-here' with SCRAM-SHA-512: "
         "wrong kafka_sasl_username or kafka_sasl_password",
     ),
     "the brokers' user with the client's password": (
-        _broker_user,
+        {"kafka_sasl_username": "kafka-broker"},  # with the client's password
         "(SASL_SSL) refused SASL authentication as 'kafka-broker' with SCRAM-SHA-512",
     ),
-    "SCRAM-SHA-256, not offered": (_sha_256, "(SASL_SSL) does not offer SASL SCRAM-SHA-256"),
-    "PLAIN, not offered": (_plain_mechanism, "(SASL_SSL) does not offer SASL PLAIN"),
+    "SCRAM-SHA-256, not offered": (
+        {"kafka_sasl_mechanism": "SCRAM-SHA-256"},
+        "(SASL_SSL) does not offer SASL SCRAM-SHA-256",
+    ),
+    "PLAIN, not offered": (
+        {"kafka_sasl_mechanism": "PLAIN"},
+        "(SASL_SSL) does not offer SASL PLAIN",
+    ),
     "plain TCP without SASL": (
-        _plaintext,
+        {"kafka_security_protocol": "PLAINTEXT"},
         "(PLAINTEXT) closed the connection on the first request: the listener probably "
         "expects TLS (kafka_security_protocol SSL or SASL_SSL)",
     ),
     "SASL over plain TCP": (
-        _sasl_plaintext,
+        {"kafka_security_protocol": "SASL_PLAINTEXT"},
         "(SASL_PLAINTEXT) closed the connection on the first request: the listener "
         "probably expects TLS",
     ),
     "TLS without SASL": (
-        _tls_without_sasl,
+        {"kafka_security_protocol": "SSL"},
         "(SSL) closed the connection after the handshake: the listener probably requires "
         "SASL (kafka_security_protocol SASL_SSL or SASL_PLAINTEXT)",
     ),
     "a CA that did not sign the broker's certificate": (
-        _untrusted_ca,
+        {"kafka_ssl_cafile": FOREIGN_CA},
         "(SASL_SSL) refused the connection: its TLS certificate is not trusted "
         "(unable to get local issuer certificate): set kafka_ssl_cafile",
     ),
 }
+
+
+def refused_settings(kafka: Settings, case: str, foreign_ca: str) -> Settings:
+    """The secure stack's Kafka settings changed as REFUSALS[case] says."""
+    changes, _ = REFUSALS[case]
+    return kafka.replace(
+        **{name: foreign_ca if value == FOREIGN_CA else value for name, value in changes.items()}
+    )
 
 
 def _assert_one_clean_line(message: str, kafka: Settings, refused: Settings) -> None:
@@ -266,8 +247,8 @@ def _assert_one_clean_line(message: str, kafka: Settings, refused: Settings) -> 
 async def test_a_refusal_is_one_clear_error(
     secure_kafka: Settings, foreign_ca: str, case: str
 ) -> None:
-    change, expected = REFUSALS[case]
-    refused = change(secure_kafka, foreign_ca)
+    _, expected = REFUSALS[case]
+    refused = refused_settings(secure_kafka, case, foreign_ca)
     producer = make_producer(refused)
     try:
         with pytest.raises(KafkaAccessError) as caught:
@@ -282,7 +263,7 @@ async def test_a_refusal_is_one_clear_error(
 async def test_consumers_and_admin_clients_are_refused_the_same_way(
     secure_kafka: Settings,
 ) -> None:
-    refused = _wrong_password(secure_kafka, "")
+    refused = refused_settings(secure_kafka, "wrong password", "")
     expected = "refused SASL authentication as 'delayq' with SCRAM-SHA-512"
     consumer = make_consumer(refused, group_id="never-joins")
     try:
@@ -310,8 +291,8 @@ async def test_a_node_start_is_refused_without_waiting(
 ) -> None:
     """A refusal is not waited out: no "waiting for Kafka" retry, KafkaAccessError rather
     than StartupFailed after startup_timeout_s."""
-    change, expected = REFUSALS[case]
-    refused = change(secure_kafka, foreign_ca)
+    _, expected = REFUSALS[case]
+    refused = refused_settings(secure_kafka, case, foreign_ca)
     node_settings = _on_secure_kafka(settings, refused, startup_timeout_s=60)
     caplog.set_level(logging.WARNING)
     with pytest.raises(KafkaAccessError) as caught:
@@ -324,7 +305,7 @@ async def test_a_node_start_is_refused_without_waiting(
 async def test_the_node_reports_a_sasl_refusal_in_one_line(
     settings: Settings, secure_kafka: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    refused = _wrong_password(secure_kafka, "")
+    refused = refused_settings(secure_kafka, "wrong password", "")
     node_settings = _on_secure_kafka(settings, refused, startup_timeout_s=60)
     code = await run_node(node_settings)
     assert code == 1

@@ -97,7 +97,10 @@ async def test_the_installed_node_fires_what_the_installed_web_server_took(
             async with http.get(base + "/healthz") as health:
                 assert health.status == 200
             job = {"topic": topic, "payload": {"from": "installed"}, "delay": 0.2}
-            async with http.post(base + "/v1/jobs", data=orjson.dumps(job)) as answer:
+            json_body = {"Content-Type": "application/json"}
+            async with http.post(
+                base + "/v1/jobs", data=orjson.dumps(job), headers=json_body
+            ) as answer:
                 assert answer.status == 201, await answer.text()
                 job_id = (await answer.json())["job_id"]
         [record] = await collector.until(1, timeout_s=30)

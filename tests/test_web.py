@@ -72,6 +72,8 @@ class Api:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         data = raw if raw is not None else None if body is None else orjson.dumps(body)
         sent = None if data is None else io.BytesIO(data)
+        if data is not None:
+            headers["Content-Type"] = "application/json"
         async with self.http.request(method, self.base + path, data=sent, headers=headers) as r:
             text = await r.read()
             return r.status, orjson.loads(text) if text else None, r
@@ -478,7 +480,8 @@ def test_tokens_setting_is_checked() -> None:
     assert parse_tokens(TOKENS)[VIEWER] == "viewer"
     for bad, message in [
         ("justatokenwithoutrole", "TOKEN=ROLE"),
-        (f"{OPERATOR}=admin", "not one of"),
+        (f"{OPERATOR}=admin", "TOKEN=ROLE"),
+        (f"operator={OPERATOR}", "looks like ROLE=TOKEN"),  # the token is not printed
         ("short=operator", "shorter than"),
         (f"{OPERATOR}=operator,{OPERATOR}=viewer", "repeats"),
         ("=operator", "TOKEN=ROLE"),
@@ -722,7 +725,10 @@ async def test_delayq_web_process_with_tls_and_tokens(
         await node.start()
         try:
             async with aiohttp.ClientSession() as http:
-                headers = {"Authorization": f"Bearer {PRODUCER}"}
+                headers = {
+                    "Authorization": f"Bearer {PRODUCER}",
+                    "Content-Type": "application/json",
+                }
                 async with http.post(
                     base + "/v1/jobs",
                     data=orjson.dumps({"topic": topic, "payload": {"hi": 1}, "delay": 0.2}),

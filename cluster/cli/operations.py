@@ -11,10 +11,8 @@ import argparse
 import contextlib
 import sys
 
-import orjson
-
 from cluster.cli.loop import run
-from cluster.cli.output import shown
+from cluster.cli.output import shown, shown_json
 from cluster.settings.config import Settings
 
 # ----- delayq db ---------------------------------------------------------------------------
@@ -112,10 +110,9 @@ async def _print_status(settings: Settings, as_json: bool) -> int:
     from cluster.observe.status import read_status, render
 
     status = await read_status(settings)
-    if as_json:
-        print(orjson.dumps(status.as_dict(), option=orjson.OPT_INDENT_2).decode())
-    else:
-        print(render(status))
+    # Members write their own fields in ZooKeeper: both forms escape what a terminal
+    # would interpret.
+    print(shown_json(status.as_dict()) if as_json else render(status))
     return 0
 
 

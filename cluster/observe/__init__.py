@@ -5,7 +5,8 @@ health check. No terminal or HTTP rendering here.
 May import: cluster.errors, cluster.settings, cluster.connections, cluster.model,
 cluster.store.
 
-- ``status``: ``delayq cluster status``'s reading of Redis and ZooKeeper
+- ``status``: ``delayq cluster status``'s reading of Redis and ZooKeeper, and
+  ``SharedStatus``, one reader and a one-second cache for a server's many askers
 - ``snapshot``: ``Snapshot`` of the cluster, the status with each node's /metrics, and
   ``SnapshotReader``, which takes them (``delayq top``, the web console's charts)
 - ``node_check``: ``delayq node --check``

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -22,11 +23,15 @@ from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
+from yarl import URL
 
-from cluster.observe.status import ClusterStatus, SlotStatus, StatusReader
+from cluster.observe.status import ClusterStatus, SharedStatus, SlotStatus, StatusReader
 from cluster.settings.config import Settings
 
 SCRAPE_TIMEOUT_S = 2.0
+# A node's /metrics is some kilobytes per topic; metrics_max_topics bounds the topics.
+SCRAPE_MAX_BYTES = 8 * 1024 * 1024
+SCRAPES_AT_ONCE = 16
 Buckets = list[tuple[float, float]]  # (upper bound, cumulative count), +Inf last
 
 
@@ -242,21 +247,71 @@ def build_snapshot(
 # ----- reading the cluster -------------------------------------------------------------------
 
 
+def scrape_url(info: Mapping[str, Any]) -> str | None:
+    """The member's metrics_url if it has the form a node publishes
+    (http[s]://host:port/metrics: no user, query or fragment, and not a link-local,
+    multicast or unspecified address such as a cloud metadata service's); None if not.
+
+    A member's record is whatever was written to ZooKeeper, so this is what keeps a
+    planted record from pointing the scraper at any other path; the scrape itself
+    follows no redirect, reads at most SCRAPE_MAX_BYTES within SCRAPE_TIMEOUT_S, and
+    shows nothing of an answer but the figures it parses (or the kind of failure).
+    """
+    text = info.get("metrics_url")
+    if not isinstance(text, str) or len(text) > 1000:
+        return None
+    try:
+        url = URL(text)
+        port = url.explicit_port
+    except ValueError:
+        return None
+    if (
+        url.scheme not in ("http", "https")
+        or not url.host
+        or port is None
+        or url.user is not None
+        or url.password is not None
+        or url.raw_path != "/metrics"
+        or url.raw_query_string
+        or url.raw_fragment
+    ):
+        return None
+    try:
+        address = ipaddress.ip_address(url.host)
+    except ValueError:
+        return str(url)  # a name: the one the node published
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        address = address.ipv4_mapped
+    if address.is_link_local or address.is_multicast or address.is_unspecified:
+        return None
+    return str(url)
+
+
 async def scrape_members(
     http: aiohttp.ClientSession, members: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, Scrape | str]:
+    gate = asyncio.Semaphore(SCRAPES_AT_ONCE)
+
     async def one(info: Mapping[str, Any]) -> Scrape | str:
-        url = info.get("metrics_url")
-        if not url:
+        if not info.get("metrics_url"):
             return "off"
+        url = scrape_url(info)
+        if url is None:
+            return "refused (not a node's metrics URL)"
         try:
-            async with http.get(url) as answer:
-                answer.raise_for_status()
-                text = await answer.text()
+            async with gate, asyncio.timeout(SCRAPE_TIMEOUT_S):
+                async with http.get(url, allow_redirects=False) as answer:
+                    if answer.status != 200:
+                        return f"unreachable (HTTP {answer.status})"
+                    body = bytearray()
+                    async for chunk in answer.content.iter_chunked(64 * 1024):
+                        body += chunk
+                        if len(body) > SCRAPE_MAX_BYTES:
+                            return "too large"
         except (aiohttp.ClientError, TimeoutError) as exc:
             return f"unreachable ({type(exc).__name__})"
         try:
-            return parse_scrape(text, time.monotonic())
+            return parse_scrape(body.decode(errors="replace"), time.monotonic())
         except (ValueError, KeyError) as exc:  # not what a delayq node serves
             return f"unreadable ({type(exc).__name__})"
 
@@ -269,19 +324,25 @@ class SnapshotReader:
     """Keeps the previous scrape of each member, and one ZooKeeper session and Redis
     connection, between snapshots."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, shared: SharedStatus | None = None) -> None:
         self.settings = settings
         self.previous: dict[str, Scrape | str] = {}
         self.status_reader: StatusReader | None = None
+        self.shared = shared  # a server's one status reader, used instead of its own
 
-    async def snapshot(self, http: aiohttp.ClientSession) -> Snapshot:
+    async def _status(self) -> ClusterStatus:
+        if self.shared is not None:
+            return await self.shared.read()
         if self.status_reader is None:
             self.status_reader = await StatusReader.open(self.settings)
         try:
-            status = await self.status_reader.read()
+            return await self.status_reader.read()
         except BaseException:
             await self.close()  # the next snapshot connects afresh
             raise
+
+    async def snapshot(self, http: aiohttp.ClientSession) -> Snapshot:
+        status = await self._status()
         scrapes = await scrape_members(http, status.members)
         snapshot = build_snapshot(status, scrapes, self.previous)
         self.previous = scrapes

@@ -7,6 +7,8 @@ changes nothing.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -97,14 +99,19 @@ class StatusReader:
         members: dict[str, dict[str, Any]] = {}
         for name in sorted(await zk.get_children(f"{root}/members")):
             try:
-                members[name] = orjson.loads(await zk.get_data(f"{root}/members/{name}"))
+                data = await zk.get_data(f"{root}/members/{name}")
             except exc.NoNode:
-                pass  # left while we looked
+                continue  # left while we looked
+            members[name] = _member_record(data)
         owners: list[tuple[str | None, str | None, int]] = []
         for slot in range(slots):
             data, stat = await zk.get(f"{root}/slots/{slot}")
             record = orjson.loads(data) if data else {}
-            owners.append((record.get("owner"), record.get("node_id"), int(stat.version)))
+            # The epoch of the slot's last take (actors/membership.py); older releases
+            # used the znode's version.
+            epoch = record.get("epoch")
+            epoch = epoch if isinstance(epoch, int) else int(stat.version)
+            owners.append((record.get("owner"), record.get("node_id"), epoch))
         depths = await slot_depths(self.redis, KeySpace(settings.key_prefix), range(slots))
         return ClusterStatus(
             root,
@@ -126,6 +133,68 @@ class StatusReader:
                 for slot, (owner, node, epoch) in enumerate(owners)
             ],
         )
+
+
+def _member_record(data: bytes | None) -> dict[str, Any]:
+    """What a member wrote about itself; not a JSON object (nothing a node writes): an
+    empty record, so one bad znode does not hide the cluster."""
+    try:
+        record = orjson.loads(data or b"null")
+    except orjson.JSONDecodeError:
+        record = None
+    return record if isinstance(record, dict) else {}
+
+
+class SharedStatus:
+    """One StatusReader (one ZooKeeper session, one Redis connection) for a server's
+    many askers: a status younger than max_age_s is answered from memory, and askers who
+    come while a read is under way wait for that read (single flight). A failed read is
+    not kept: the reader is closed and the next asker opens a fresh one."""
+
+    def __init__(self, settings: Settings, max_age_s: float = 1.0) -> None:
+        self.settings = settings
+        self.max_age_s = max_age_s
+        self.reads = 0  # reads of ZooKeeper and Redis made, for tests
+        self._reader: StatusReader | None = None
+        self._latest: tuple[float, ClusterStatus] | None = None
+        self._flight: asyncio.Future[ClusterStatus] | None = None
+
+    async def read(self) -> ClusterStatus:
+        loop = asyncio.get_running_loop()
+        if self._latest is not None and loop.time() - self._latest[0] < self.max_age_s:
+            return self._latest[1]
+        if self._flight is None:
+            self._flight = asyncio.ensure_future(self._read_fresh())
+        # Shielded: one asker who goes away does not cancel the read for the others.
+        return await asyncio.shield(self._flight)
+
+    async def _read_fresh(self) -> ClusterStatus:
+        try:
+            if self._reader is None:
+                self._reader = await StatusReader.open(self.settings)
+            self.reads += 1
+            status = await self._reader.read()
+        except BaseException:
+            await self._drop_reader()
+            raise
+        finally:
+            self._flight = None
+        self._latest = (asyncio.get_running_loop().time(), status)
+        return status
+
+    async def _drop_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                await reader.close()
+
+    async def close(self) -> None:
+        flight, self._flight = self._flight, None
+        if flight is not None:
+            flight.cancel()
+            with contextlib.suppress(BaseException):
+                await flight
+        await self._drop_reader()
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,13 +249,26 @@ async def slot_depths(
     return result
 
 
+def printable(value: object) -> str:
+    """Text from ZooKeeper (what members wrote about themselves: anyone who may write
+    there could plant a member) made safe for a terminal: every character a terminal
+    would interpret rather than show (ESC, other controls, bidi controls) escaped the way
+    repr() does, e.g. \\x1b."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def render(status: ClusterStatus) -> str:
-    lines = [f"cluster {status.root}: {status.slots} slots, {len(status.members)} member(s)"]
+    """The status as `delayq cluster status` prints it, safe for a terminal."""
+    p = printable
+    lines = [f"cluster {p(status.root)}: {status.slots} slots, {len(status.members)} member(s)"]
     for name, info in status.members.items():
         owned = sum(1 for s in status.slot_status if s.owner == name)
         lines.append(
-            f"  {name}  node {info.get('node_id')}  pid {info.get('pid')}  "
-            f"host {info.get('host')}  slots {owned}"
+            f"  {p(name)}  node {p(info.get('node_id'))}  pid {p(info.get('pid'))}  "
+            f"host {p(info.get('host'))}  slots {owned}"
         )
     lines.append("")
     lines.append(
@@ -194,7 +276,7 @@ def render(status: ClusterStatus) -> str:
         f"{'inflight':>8} {'dead':>6} {'overdue':>9}"
     )
     for s in status.slot_status:
-        owner = s.owner if s.owner in status.members else f"({s.owner or '-'})"
+        owner = p(s.owner if s.owner in status.members else f"({s.owner or '-'})")
         lines.append(
             f"{s.slot:>5} {owner:<14} {s.epoch:>6} {s.delay:>9} {s.ready:>7} "
             f"{s.inflight:>8} {s.dead:>6} {s.overdue_ms / 1000:>8.3f}s"

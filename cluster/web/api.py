@@ -9,6 +9,7 @@ middleware finds each one's permission in it, and tests check the OpenAPI docume
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,15 +20,15 @@ import pymysql
 import redis.exceptions
 from aiohttp import web
 
-from cluster.client.delay_client import MAX_BATCH, DelayClient
-from cluster.client.job_json import dead_json, history_json, job_from_json, parse_time, record_json
+from cluster.client.delay_client import DelayClient
+from cluster.client.job_json import dead_json, history_json, parse_time, record_json
 from cluster.client.recurring import RecurringSchedule, check_name, describe
 from cluster.errors import InvalidJob, OutcomeUnknown, RedisStepFailed, StoreUnavailable
 from cluster.model.changes import ChangeResult, ChangeStatus
-from cluster.model.jobs import check_job_id, check_topic, now_ms, validate_job
-from cluster.observe.status import StatusReader
+from cluster.model.jobs import ValidJob, check_job_id, check_topic
 from cluster.web.auth import Permission
 from cluster.web.batcher import ScheduleBatcher
+from cluster.web.bodies import BodyReader, json_object, schedule_request
 from cluster.web.problems import Problem
 from cluster.web.stats import StatsSampler
 
@@ -41,6 +42,7 @@ DEAD_SELECTION_MAX = 10_000
 # What a MySQL connection that cannot be made or broke raises.
 _MYSQL_DOWN = (pymysql.err.OperationalError, pymysql.err.InterfaceError)
 _REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, TimeoutError)
+_DIGITS = re.compile(r"[0-9]{1,9}")
 
 
 @dataclass(frozen=True)
@@ -98,24 +100,6 @@ def json_response(body: object, status: int = 200, **headers: str) -> web.Respon
     )
 
 
-async def read_json(request: web.Request) -> Any:
-    """The request body as JSON (its size already limited by web_body_max_bytes)."""
-    body = await request.read()
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise Problem("malformed-request", f"the body is not valid JSON: {exc}") from None
-
-
-def _object(body: object, allowed: frozenset[str], what: str) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise InvalidJob(f"{what} must be a JSON object")
-    unknown = set(body) - allowed
-    if unknown:
-        raise InvalidJob(f"unknown fields in {what}: {sorted(unknown)}")
-    return body
-
-
 class Api:
     """The handlers of ROUTES, over one DelayClient (one MySQL pool, one Redis client)."""
 
@@ -124,6 +108,7 @@ class Api:
         self.batcher = ScheduleBatcher(client)
         self.settings = client.settings
         self.stats = stats
+        self.bodies = BodyReader()
 
     def handler(self, route: Route) -> Handler:
         handler: Handler = getattr(self, route.name)
@@ -132,16 +117,17 @@ class Api:
     # ----- jobs --------------------------------------------------------------------------
 
     async def schedule(self, request: web.Request) -> web.Response:
-        body = await read_json(request)
-        if isinstance(body, dict) and "jobs" in body:
-            return await self._schedule_many(_object(body, frozenset({"jobs"}), "a batch"))
-        return await self._schedule_one(job_from_json(body))
+        jobs, keyed, batch = await self.bodies.handle(
+            request, lambda body: schedule_request(body, self.settings)
+        )
+        if batch:
+            return await self._schedule_many(jobs, keyed)
+        return await self._schedule_one(jobs[0], keyed=bool(keyed))
 
-    async def _schedule_one(self, entry: dict[str, Any]) -> web.Response:
+    async def _schedule_one(self, job: ValidJob, keyed: bool) -> web.Response:
         """One job, stored together with other requests' jobs (cluster/web/batcher.py)."""
-        job = validate_job(entry, self.settings, now_ms())
         try:
-            result = await self.batcher.schedule(job, keyed=entry.get("job_id") is not None)
+            result = await self.batcher.schedule(job, keyed=keyed)
         except RedisStepFailed as exc:
             # Committed in MySQL: scheduled, and the owning node adds it to Redis.
             return json_response({"job_id": job.job_id, "created": None, "warning": str(exc)}, 202)
@@ -151,21 +137,10 @@ class Api:
             Location=f"/v1/jobs/{quote(result.job_id, safe='')}",
         )
 
-    async def _schedule_many(self, body: dict[str, Any]) -> web.Response:
+    async def _schedule_many(self, valid: list[ValidJob], keyed: set[str]) -> web.Response:
         """A batch: all of its jobs or none, in one call of the client."""
-        jobs = body["jobs"]
-        if not isinstance(jobs, list):
-            raise InvalidJob("'jobs' must be an array of jobs")
-        if len(jobs) > MAX_BATCH:
-            raise InvalidJob(f"a batch holds at most {MAX_BATCH} jobs, got {len(jobs)}")
-        entries = []
-        for index, job in enumerate(jobs):
-            try:
-                entries.append(job_from_json(job))
-            except InvalidJob as exc:
-                raise InvalidJob(f"job {index}: {exc}") from None
         try:
-            results = await self.client.schedule_batch(entries)
+            results = await self.client.schedule_validated(valid, keyed)
         except RedisStepFailed as exc:
             listed = [{"job_id": job_id, "created": None} for job_id in exc.job_ids]
             return json_response({"jobs": listed, "warning": str(exc)}, 202)
@@ -193,7 +168,7 @@ class Api:
 
     async def reschedule(self, request: web.Request) -> web.Response:
         job_id = check_job_id(request.match_info["job_id"])
-        body = _object(await read_json(request), frozenset({"delay", "at"}), "the body")
+        body = json_object(await self.bodies.json(request), frozenset({"delay", "at"}), "the body")
         at = body.get("at")
         if isinstance(at, str):
             at = parse_time(at, "at")
@@ -219,11 +194,11 @@ class Api:
         return json_response({**dead_json(job), "history": history})
 
     async def replay_dead(self, request: web.Request) -> web.Response:
-        job_ids, topic = _selection(await read_json(request))
+        job_ids, topic = _selection(await self.bodies.json(request))
         return json_response({"replayed": await self.client.replay_dead(job_ids, topic=topic)})
 
     async def purge_dead(self, request: web.Request) -> web.Response:
-        job_ids, topic = _selection(await read_json(request))
+        job_ids, topic = _selection(await self.bodies.json(request))
         return json_response({"purged": await self.client.purge_dead(job_ids, topic=topic)})
 
     # ----- expired jobs --------------------------------------------------------------------
@@ -251,7 +226,7 @@ class Api:
     async def put_recurring(self, request: web.Request) -> web.Response:
         """Create or replace a schedule; the same definition again changes nothing."""
         name = check_name(request.match_info["name"])
-        body = _object(await read_json(request), RECURRING_FIELDS, "the schedule")
+        body = json_object(await self.bodies.json(request), RECURRING_FIELDS, "the schedule")
         for field in ("topic", "payload"):
             if field not in body:
                 raise InvalidJob(f"the schedule needs {field!r}")
@@ -273,12 +248,10 @@ class Api:
     # ----- the cluster ---------------------------------------------------------------------
 
     async def cluster(self, _: web.Request) -> web.Response:
+        # One ZooKeeper session for the server, and a status at most a second old: many
+        # clients asking at once cost one read.
         try:
-            reader = await StatusReader.open(self.settings)
-            try:
-                status = await reader.read()
-            finally:
-                await reader.close()
+            status = await self.stats.status.read()
         except Exception as exc:
             raise Problem("cluster-unavailable", f"{type(exc).__name__}: {exc}") from exc
         return json_response(status.as_dict())
@@ -364,7 +337,8 @@ def _listing(request: web.Request) -> tuple[str | None, int]:
 def _limit(text: str | None) -> int:
     if text is None:
         return 100
-    if not text.isdigit() or not 1 <= int(text) <= DEAD_LIST_MAX:
+    # ASCII digits only: str.isdigit() also takes "²" and other digits int() refuses.
+    if not _DIGITS.fullmatch(text) or not 1 <= int(text) <= DEAD_LIST_MAX:
         raise InvalidJob(f"limit must be an integer in 1..{DEAD_LIST_MAX}")
     return int(text)
 
@@ -372,7 +346,7 @@ def _limit(text: str | None) -> int:
 def _selection(body: object) -> tuple[list[str] | None, str | None]:
     """Which dead jobs a replay or purge acts on: exactly one of job_ids, topic, or
     all=true (so "everything" is never the result of a forgotten field)."""
-    chosen = _object(body, frozenset({"job_ids", "topic", "all"}), "the selection")
+    chosen = json_object(body, frozenset({"job_ids", "topic", "all"}), "the selection")
     if len(chosen) != 1:
         raise InvalidJob('give exactly one of "job_ids", "topic" or "all": true')
     if "all" in chosen:
@@ -399,6 +373,8 @@ async def problems_middleware(request: web.Request, handler: Handler) -> web.Str
     except StoreUnavailable as exc:
         return Problem("store-unavailable", str(exc)).response()
     except OutcomeUnknown as exc:
+        if isinstance(exc.__cause__, _REDIS_DOWN):  # a cancel or reschedule's first step
+            return Problem("redis-unavailable", str(exc), job_ids=exc.job_ids).response()
         return Problem(
             "outcome-unknown",
             f"{exc} (sending the request again with the same job_id is safe)",

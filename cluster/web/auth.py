@@ -51,8 +51,13 @@ def parse_tokens(text: str) -> dict[str, Role]:
         if not equals or not token:
             raise ConfigError(f"web_tokens: entry {index} is not TOKEN=ROLE")
         if role not in Role.__members__.values():
+            # Never the text itself: written as ROLE=TOKEN, it is the token.
             roles = ", ".join(Role)
-            raise ConfigError(f"web_tokens: entry {index} has role {role!r}, not one of {roles}")
+            swapped = " (it looks like ROLE=TOKEN)" if token in Role.__members__.values() else ""
+            raise ConfigError(
+                f"web_tokens: entry {index} does not end in one of the roles {roles}: "
+                f"write TOKEN=ROLE{swapped}"
+            )
         if len(token) < TOKEN_MIN_CHARS:
             raise ConfigError(
                 f"web_tokens: the token of entry {index} is shorter than {TOKEN_MIN_CHARS} "

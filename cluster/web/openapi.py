@@ -15,6 +15,7 @@ from cluster.client.recurring import NAME_MAX_CHARS
 from cluster.settings.config import Settings
 from cluster.web.api import DEAD_LIST_MAX, ROUTES, Route
 from cluster.web.auth import GRANTS, Permission
+from cluster.web.bodies import MAX_CONTAINERS
 from cluster.web.openapi_fields import JOB_ID, TOPIC, ref
 from cluster.web.openapi_schemas import SCHEMAS
 
@@ -39,15 +40,19 @@ _LISTING = [
 _DESCRIPTIONS = {
     400: "The body is not valid JSON",
     401: "No bearer token, or an unknown one",
-    403: "The token's role does not allow this",
+    403: "The token's role does not allow this, or the request came from another origin "
+    "(its Origin header)",
     404: "No such job (or recurring schedule)",
     409: "The job's state does not allow this; job_status says which it is in (fired, "
     "cancelled, dead, expired, or in_flight: being published right now)",
-    413: "The body is larger than web_body_max_bytes",
+    413: "The body is larger than web_body_max_bytes, or holds more than "
+    f"{MAX_CONTAINERS:,} JSON objects and arrays",
+    415: "The body is not sent as Content-Type: application/json; nothing was changed",
     422: "Not acceptable (the client's InvalidJob message); nothing was changed",
     500: "outcome-unknown: the change may or may not be made (job_ids names the jobs; "
     "sending it again with the same ids is safe); or an internal error",
     503: "MySQL, Redis or ZooKeeper is unreachable; see Retry-After",
+    421: "The Host header names no address this server answers to (web_allowed_hosts)",
 }
 
 # (operation, summary, request schema, {status: response schema}, extra parameters)
@@ -126,19 +131,19 @@ _OPERATIONS: dict[str, tuple[str, str | None, dict[int, str], list[dict[str, Any
 
 # The error statuses each operation can answer, besides 401/403 (with tokens) and 500.
 _ERRORS = {
-    "schedule": (400, 413, 422, 503),
+    "schedule": (400, 413, 415, 422, 503),
     "get_job": (404, 422, 503),
-    "cancel": (404, 409, 422, 503),
-    "reschedule": (400, 404, 409, 413, 422, 503),
+    "cancel": (404, 409, 415, 422, 503),
+    "reschedule": (400, 404, 409, 413, 415, 422, 503),
     "list_dead": (422, 503),
     "get_dead": (404, 422, 503),
-    "replay_dead": (400, 413, 422, 503),
-    "purge_dead": (400, 413, 422, 503),
+    "replay_dead": (400, 413, 415, 422, 503),
+    "purge_dead": (400, 413, 415, 422, 503),
     "list_expired": (422, 503),
     "list_recurring": (422, 503),
     "get_recurring": (404, 422, 503),
-    "put_recurring": (400, 413, 422, 503),
-    "remove_recurring": (404, 422, 503),
+    "put_recurring": (400, 413, 415, 422, 503),
+    "remove_recurring": (404, 415, 422, 503),
     "cluster": (503,),
     "cluster_stats": (),
 }
@@ -157,7 +162,7 @@ def _operation(route: Route) -> dict[str, Any]:
         str(status): {"description": "OK", "content": _content(names)}
         for status, names in answers.items()
     }
-    for status in (*_ERRORS[route.name], 401, 403, 500):
+    for status in (*_ERRORS[route.name], 401, 403, 421, 500):
         responses[str(status)] = {
             "description": _DESCRIPTIONS[status],
             "content": {"application/problem+json": {"schema": ref("Problem")}},

@@ -21,6 +21,8 @@ from cluster.errors import ConfigError
 from cluster.settings.config import Settings
 from cluster.web.api import ROUTES, Api, Handler, json_response, problems_middleware
 from cluster.web.auth import GRANTS, Tokens, is_loopback, parse_tokens
+from cluster.web.deadline import KEEPALIVE_S, HeaderDeadlineSite, request_started
+from cluster.web.guard import RequestGuard, allowed_names
 from cluster.web.openapi import openapi_document
 from cluster.web.problems import Problem
 from cluster.web.stats import StatsSampler
@@ -53,8 +55,12 @@ def check_exposure(settings: Settings, host: str) -> Tokens:
     return tokens
 
 
-def make_app(client: DelayClient, tokens: Tokens, stats: StatsSampler) -> web.Application:
-    """The application over an open client."""
+def make_app(
+    client: DelayClient, tokens: Tokens, stats: StatsSampler, host: str = "127.0.0.1"
+) -> web.Application:
+    """The application over an open client, serving on host (whose name requests may
+    give in Host: cluster/web/guard.py)."""
+    guard = RequestGuard.of(client.settings, host)
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -69,7 +75,7 @@ def make_app(client: DelayClient, tokens: Tokens, stats: StatsSampler) -> web.Ap
         return await handler(request)
 
     app = web.Application(
-        middlewares=[problems_middleware, authenticate],
+        middlewares=[request_started, problems_middleware, guard.middleware, authenticate],
         client_max_size=client.settings.web_body_max_bytes,
     )
     api = Api(client, stats)
@@ -124,7 +130,10 @@ async def serve(settings: Settings, host: str, port: int) -> int:
     """Serve until SIGINT or SIGTERM; prints the address it listens on."""
     tokens = check_exposure(settings, host)
     context = tls_context(settings)
-    # aiozk logs every session it opens at INFO: the cluster routes open one per read.
+    if not settings.web_header_timeout_s > 0:
+        raise ConfigError(f"web_header_timeout_s must be > 0, got {settings.web_header_timeout_s}")
+    allowed_names(settings, host)  # ConfigError for a web_allowed_hosts entry
+    # aiozk logs every session it opens at INFO (the server reopens its one after a failure).
     logging.getLogger("aiozk").setLevel(logging.WARNING)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -132,17 +141,22 @@ async def serve(settings: Settings, host: str, port: int) -> int:
         loop.add_signal_handler(signum, stopping.set)
     async with DelayClient(settings) as client:
         stats = StatsSampler(settings)
-        runner = web.AppRunner(make_app(client, tokens, stats), access_log=None)
+        app = make_app(client, tokens, stats, host)
+        runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_S)
         await runner.setup()
-        site = web.TCPSite(runner, host, port, ssl_context=context)
+        site = HeaderDeadlineSite(
+            runner,
+            host,
+            port,
+            header_timeout_s=settings.web_header_timeout_s,
+            ssl_context=context,
+        )
         try:
             await site.start()
         except OSError as exc:
             await runner.cleanup()
             raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        bound = sockets[0].getsockname()[1] if sockets else port
+        bound = site.bound_port()
         scheme = "https" if context else "http"
         shown_host = f"[{host}]" if ":" in host else host
         if not tokens.required:

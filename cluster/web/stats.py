@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 
 from cluster.observe.snapshot import SCRAPE_TIMEOUT_S, Snapshot, SnapshotReader
+from cluster.observe.status import SharedStatus
 from cluster.settings.config import Settings
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,9 @@ class Point:
 
 class StatsSampler:
     def __init__(self, settings: Settings) -> None:
-        self.reader = SnapshotReader(settings)
+        # The server's one ZooKeeper session and status cache: /v1/cluster reads it too.
+        self.status = SharedStatus(settings)
+        self.reader = SnapshotReader(settings, self.status)
         self.points: deque[Point] = deque(maxlen=HISTORY_POINTS)
         self.latest: Snapshot | None = None
         self.error: str | None = None  # why the latest sample failed
@@ -105,3 +108,4 @@ class StatsSampler:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.reader.close()
+        await self.status.close()

@@ -9,10 +9,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-import aiomysql
-
 from cluster.connections.redis_conn import open_redis
 from cluster.settings.config import Settings
+from cluster.store.connect import connect
 from cluster.store.mysql_store import MySQLStore
 from cluster.store.sql import mysql_connect_args
 
@@ -23,7 +22,7 @@ async def create_cluster_database(
     """Create a new database for one cluster, migrate it (unless migrate=False), and
     return settings that point at it."""
     admin = {**mysql_connect_args(settings), "db": None}
-    conn = await aiomysql.connect(**admin)
+    conn = await connect(**admin)
     try:
         async with conn.cursor() as cur:
             await cur.execute(f"CREATE DATABASE `{database}`")
@@ -45,7 +44,7 @@ async def drop_cluster_database(settings: Settings) -> None:
     store = MySQLStore(settings, "teardown")
     # With several shard databases the named one holds only delayq_meta and the migrations.
     names = {store.database} | {store.database_name(d) for d in range(settings.mysql_databases)}
-    conn = await aiomysql.connect(**{**mysql_connect_args(settings), "db": None})
+    conn = await connect(**{**mysql_connect_args(settings), "db": None})
     try:
         async with conn.cursor() as cur:
             for db in sorted(names):

@@ -107,29 +107,38 @@ def command(svc: Service) -> list[str]:
     return [require_program("mariadbd", "mariadb-server"), f"--defaults-file={_config(svc)}"]
 
 
-def _client(svc: Service, *args: str, password: str | None = None) -> None:
-    env = dict(os.environ)
-    env.pop("MYSQL_PWD", None)
-    if password is not None:
-        env["MYSQL_PWD"] = password
-    run = [
-        require_program("mariadb", "mariadb-client"),
-        "--no-defaults",
-        "--batch",
-        "--connect-timeout=3",
-        *args,
-    ]
-    done = subprocess.run(
-        run,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=30,
-        check=False,
-    )
+def _client(svc: Service, *args: str, sql: str, password: str | None = None) -> None:
+    """Run `sql` with the ``mariadb`` client. Neither the SQL (which may hold a
+    password) nor the password goes on its command line, which every local user can read
+    in /proc/<pid>/cmdline: the SQL goes through stdin, the password through an option
+    file readable by this user only (0600), deleted afterwards."""
+    fd, options = tempfile.mkstemp(prefix="client-", suffix=".cnf", dir=svc.dir)
+    try:
+        with os.fdopen(fd, "w") as out:  # mkstemp: created 0600
+            out.write("[client]\n")
+            if password is not None:
+                out.write(f"password={_option_value(password)}\n")
+        run = [
+            require_program("mariadb", "mariadb-client"),
+            # Only this file: no ~/.my.cnf or /etc/mysql options, as --no-defaults did.
+            f"--defaults-file={options}",
+            "--batch",
+            "--connect-timeout=3",
+            *args,
+        ]
+        env = {name: value for name, value in os.environ.items() if name != "MYSQL_PWD"}
+        done = subprocess.run(
+            run, input=sql, capture_output=True, text=True, env=env, timeout=30, check=False
+        )
+    finally:
+        Path(options).unlink(missing_ok=True)
     if done.returncode != 0:
         raise ServicesError(done.stderr.strip() or f"mariadb exited {done.returncode}")
+
+
+def _option_value(value: str) -> str:
+    """A value for an option file, quoted (an option file reads \\ and \" as escapes)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def password(svc: Service) -> str:
@@ -167,8 +176,7 @@ def setup(svc: Service) -> None:
         "--protocol=socket",
         f"--socket={socket_path(svc)}",
         f"--user={admin}",
-        "-e",
-        ";\n".join(statements) + ";",
+        sql=";\n".join(statements) + ";\n",
     )
 
 
@@ -186,7 +194,6 @@ def probe(svc: Service) -> None:
         f"--user={MYSQL_USER}",
         *tls,
         MYSQL_DATABASE,
-        "-e",
-        "SELECT 1",
+        sql="SELECT 1;\n",
         password=password(svc),
     )

@@ -1,10 +1,51 @@
 """What the Redis and MySQL connections share about security: TLS contexts that verify
-the server, and StoreAccessError, the one error a store's refusal becomes at start-up
-(wrong password, TLS on one side only, an untrusted certificate). docs/security.md."""
+the server, the words for a TLS failure (a store's refusal becomes one StoreAccessError
+at start-up), and the redaction of passwords in URLs, settings and messages.
+docs/security.md."""
 
 from __future__ import annotations
 
+import re
 import ssl
+
+# Query parameters that hold a secret (?password=, redis-py reads it; ?auth_token=, …).
+_SECRET_NAME = r"[^=&#;\s]*(?:password|passwd|pwd|secret|token)[^=&#;\s]*"
+# In free text a URL ends at whitespace; a setting's whole value may hold spaces.
+_TEXT_QUERY_SECRET = re.compile(rf"(?P<key>[?&;]{_SECRET_NAME}=)[^&#;\s]*", re.IGNORECASE)
+_VALUE_QUERY_SECRET = re.compile(rf"(?P<key>[?&;]{_SECRET_NAME}=)[^&]*", re.IGNORECASE)
+_TEXT_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*):[^/\s]*@")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+_URL_START = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def redact_url(text: str) -> str:
+    """text with the password of every URL in it replaced by ***
+    (redis://user:secret@host → redis://user:***@host), and so the value of every query
+    parameter named like a password, secret or token (redis://host/0?password=***).
+    A text that starts with its one URL is taken for that URL (redact_value: the
+    password may hold spaces); elsewhere in free text a URL ends at whitespace."""
+    if _URL_START.match(text) and text.count("://") == 1:
+        return redact_value(text)
+    return _redact_text(text)
+
+
+def redact_value(value: str) -> str:
+    """A setting's whole value with its secrets replaced by ***. When it is a URL, its
+    password is whatever lies between user: and the @ before the host, spaces and other
+    characters that should have been percent-encoded included (mysql://u:***@host/db)."""
+    scheme, sep, rest = value.partition("://")
+    if sep and _SCHEME.fullmatch(scheme):
+        # The last @: a password may hold @ and ?x=; an @ further on (in a query
+        # parameter's path) only hides more than it needs to.
+        end = rest.rfind("@")
+        colon = rest.find(":", 0, end) if end != -1 else -1
+        if colon != -1:
+            value = f"{scheme}://{rest[: colon + 1]}***{rest[end:]}"
+    return _redact_text(_VALUE_QUERY_SECRET.sub(r"\g<key>***", value))
+
+
+def _redact_text(text: str) -> str:
+    return _TEXT_QUERY_SECRET.sub(r"\g<key>***", _TEXT_USERINFO.sub(r"\g<head>:***@", text))
 
 
 def client_tls(

@@ -6,6 +6,8 @@ May import: cluster.errors, cluster.settings, cluster.model.
 - ``mysql_store``: ``MySQLStore``, the job table's reads and writes across shards
 - ``job_writes``: the SQL of the hot writes: new job rows, outcomes, history rows
 - ``listings``: expired jobs, a job's history, the outbox's oldest rows
+- ``connect``: every MySQL connection and pool delayq opens (TLS checked on each one),
+  and the charset check of a caller's connection (schedule_in)
 - ``sql``: connection URLs, time conversions, statements built as text, overlapped runs
 - ``rows``: a job row as a ``JobRecord``
 - ``migrations``: applying and checking schema/

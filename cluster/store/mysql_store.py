@@ -25,7 +25,7 @@ from cluster.model.contract import WAITING_STATUSES, JobStatus
 from cluster.model.jobs import ValidJob, now_ms
 from cluster.model.keys import shard_of
 from cluster.settings.config import Settings
-from cluster.store import job_writes, listings, migrations, sql
+from cluster.store import connect, job_writes, listings, migrations, sql
 from cluster.store.migrations import MigrationReport
 from cluster.store.rows import JOB_COLUMNS, JobRecord, Outcome, record_of_row
 from cluster.store.sql import ms_to_datetime
@@ -56,10 +56,12 @@ class MySQLStore:
 
     async def open(self, *, check_schema: bool = True) -> None:
         """Connect (one connection at once, up to 10). Raises StoreAccessError when MySQL
-        refuses: wrong password, TLS on one side only, an untrusted certificate."""
+        refuses: wrong password, TLS on one side only, an untrusted certificate. With TLS
+        asked for, every connection the pool opens later must use it too, or it is
+        refused before logging in (cluster/store/connect.py)."""
         args = sql.mysql_connect_args(self.settings)
         try:
-            self._pool = await aiomysql.create_pool(
+            self._pool = await connect.create_pool(
                 minsize=1,
                 maxsize=10,
                 autocommit=True,
@@ -79,16 +81,6 @@ class MySQLStore:
             raise StoreAccessError(
                 f"MySQL at {args['host']}:{args['port']} refused the connection: {refusal}"
             ) from error
-        if "ssl" in args:
-            async with self._pool.acquire() as conn:
-                encrypted = sql.uses_tls(conn)
-            if not encrypted:
-                await self.close()
-                raise StoreAccessError(
-                    f"MySQL at {args['host']}:{args['port']} does not offer TLS, which "
-                    "mysql_ssl_ca asks for: give the server ssl_cert/ssl_key, or (on a "
-                    "trusted network only) leave the mysql_ssl_* settings empty"
-                )
         if check_schema:
             try:
                 await self.check_layout()
@@ -214,6 +206,7 @@ class MySQLStore:
         the owning node look at it again)."""
         shard = shard_of(job.job_id, self.settings.mysql_databases, self.settings.mysql_tables)
         async with conn.cursor() as cur:
+            await connect.check_session_charset(cur)
             # Stamped in UTC like every delayq time, whatever the caller's session time
             # zone (CURRENT_TIMESTAMP, the columns' default, would follow it).
             for statement in job_writes.insert_statements(
@@ -293,16 +286,21 @@ class MySQLStore:
         from_statuses: tuple[int, ...],
         note: str = "",
         reset_attempts: bool = False,
+        not_restored_since_ms: int | None = None,
     ) -> bool:
         """Move a job to status if it is in one of from_statuses; True if it moved.
-        reset_attempts also clears its attempts and last error (a dead-letter replay)."""
+        reset_attempts also clears its attempts and last error (a dead-letter replay).
+        not_restored_since_ms: only if no node restored the job at or after that Redis
+        TIME (a cancel's; job_writes.mark_restored)."""
         table, history = self.tables_of(job_id)
         marks = ", ".join(["%s"] * len(from_statuses))
         reset = ", attempts = 0, last_error = NULL" if reset_attempts else ""
+        since, unrestored = job_writes.unrestored_since(not_restored_since_ms)
         async with self.pool.acquire() as conn, conn.cursor() as cur:
             changed = await cur.execute(
-                f"UPDATE {table} SET status = %s{reset} WHERE job_id = %s AND status IN ({marks})",
-                (int(status), job_id, *from_statuses),
+                f"UPDATE {table} SET status = %s{reset} WHERE job_id = %s"
+                f" AND status IN ({marks}){unrestored}",
+                (int(status), job_id, *from_statuses, *since),
             )
             if changed:
                 entry = (job_id, int(status), 0, slot, note, now_ms())

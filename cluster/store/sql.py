@@ -14,8 +14,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlparse
 
-from pymysql.constants import CLIENT
-
 from cluster.errors import ConfigError
 from cluster.settings.config import Settings
 from cluster.settings.security import client_tls, describe_tls_error, tls_cause
@@ -133,12 +131,6 @@ def mysql_refusal(error: BaseException, args: dict[str, Any]) -> str | None:
     if code == DB_ACCESS_DENIED:
         return f"user {args['user']!r} has no privileges on database {args['db']!r}"
     return None
-
-
-def uses_tls(conn: Any) -> bool:
-    """Whether a connection made with an "ssl" argument really is encrypted: PyMySQL and
-    aiomysql quietly stay in plain text when the server does not offer TLS."""
-    return bool(conn.server_capabilities & CLIENT.SSL)
 
 
 def ms_to_datetime(ms: int) -> dt.datetime:

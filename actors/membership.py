@@ -5,11 +5,13 @@ Layout under the cluster root, <zk_root>/<key_prefix>:
     config            {"slots": N}, written once by the first node; a node started with
                       another slot count refuses to join
     members/m-<seq>   one ephemeral sequential znode per live node (its session)
-    slots/<n>         one persistent znode per slot: {"owner": member or null}; its
-                      version, bumped by every change, is the slot's epoch
+    slots/<n>         one persistent znode per slot: {"owner": member or null,
+                      "epoch": the epoch of its last take}
 
-With zk_auth every one of them is readable and writable by that digest user only
-(cluster/connections/zk_conn.py); without it, by anyone.
+With zk_auth every one of them is writable by that digest user only
+(cluster/connections/zk_conn.py), and the node checks that it is so: it refuses to start
+when one it relies on was created or changed by someone else, and refuses a slot whose
+znode was re-created with another ACL. Without zk_auth they are open to anyone.
 
 Every member computes the same slot map from the live members (actors/assignment.py).
 Hand-off is two-sided, so a slot is never worked on by two nodes at once:
@@ -18,8 +20,14 @@ Hand-off is two-sided, so a slot is never worked on by two nodes at once:
   flight to be acked, then releases it (owner := null, a compare-and-set on the
   version it holds);
 * the new owner takes it only when it is released or its owner is no longer a live
-  member (session expired): owner := itself, compare-and-set; the znode's new version
-  is its epoch, which it writes to the slot's owner key in Redis (lua/take.lua).
+  member (session expired): owner := itself and a new epoch, compare-and-set, then it
+  writes the epoch to the slot's owner key in Redis (lua/take.lua).
+
+An epoch never repeats (docs/cluster.md#fencing): a take's epoch is one more than the
+largest of the slot znode's last-modified zxid (ZooKeeper's transaction id, which no
+client can reset, and which grows past every earlier epoch even when the znode is
+deleted and re-created), the epoch in its data and the epoch in Redis; take.lua refuses
+an epoch that is not greater than the one Redis holds.
 
 From then on every script that acts as the owner carries the epoch and Redis refuses an
 older one (lua/includes/fence.lua). A node whose session expired while it kept
@@ -32,6 +40,7 @@ session.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -40,13 +49,22 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 from aiozk import WatchEvent, ZKClient, exc
+from aiozk.protocol.stat import Stat
 from aiozk.states import States
 
 from actors.assignment import assign
+from actors.cluster_layout import ensure_layout
 from actors.lifecycle import Actor, Tick
 from actors.ownership import HeldSlots
-from cluster.connections.zk_conn import is_open_acl, make_zk, no_auth_error
-from cluster.errors import ClusterConfigError, ReplicationUnconfirmed
+from cluster.connections.zk_conn import (
+    acl_problem,
+    check_acls,
+    make_zk,
+    no_auth_error,
+    read_acl,
+    unsafe_acl_error,
+)
+from cluster.errors import ReplicationUnconfirmed
 from cluster.scripts.facade import Scripts
 from cluster.settings.config import Settings
 
@@ -57,6 +75,13 @@ WATCHDOG_INTERVAL_S = 0.05
 # Without an answer from ZooKeeper for this share of the session timeout, a node can no
 # longer be sure its session is alive, so it stops working on its slots.
 SUSPEND_GIVE_UP = 0.75
+# Lua numbers are doubles: an epoch must stay below 2**53 to compare exactly in Redis.
+MAX_EPOCH = 2**53 - 1
+
+
+def _int(value: object) -> int:
+    """An epoch read from a znode's data; 0 for anything that is not an integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def metrics_url(settings: Settings) -> str | None:
@@ -102,9 +127,13 @@ class Membership(Actor):
         self.member: str | None = None
         # The slots the slot map gives this member (it holds them once taken).
         self.assigned: frozenset[int] = frozenset()
-        # slot → znode version of every slot ZooKeeper names this member as owner of;
-        # a superset of the held slots (a take whose Redis step failed is here only).
-        self._claimed: dict[int, int] = {}
+        # slot → (znode version, epoch) of every slot ZooKeeper names this member as
+        # owner of; a superset of the held slots (a take whose Redis step failed is here
+        # only).
+        self._claimed: dict[int, tuple[int, int]] = {}
+        # slot → created_zxid of a slot znode refused for its ACL (logged once).
+        self._refused: dict[int, int] = {}
+        self._member_session: int | None = None
         self._last_contact = time.monotonic()
         self._members_watch: asyncio.Future[None] | None = None
 
@@ -114,68 +143,21 @@ class Membership(Actor):
         """Connect (authenticated with zk_auth, if set), check or create the cluster's
         config, and register as a member. Raises ClusterConfigError if this node
         disagrees with the cluster, ZooKeeperAccessError if ZooKeeper refuses it the
-        cluster's znodes (NoAuth: zk_auth wrong or missing)."""
+        cluster's znodes (NoAuth: zk_auth wrong or missing) or, with zk_auth, one of
+        them lets someone else change it (cluster/connections/zk_conn.py)."""
         s = self.settings
         # Every znode this client creates gets znode_acl(s) (cluster/connections/zk_conn.py).
         self.zk = make_zk(s)
         await asyncio.wait_for(self.zk.start(), s.zk_session_timeout_ms / 1000 * 3)
         try:
             try:
-                await self._ensure_layout()
+                await ensure_layout(self.zk, s)
                 await self._register()
             except exc.NoAuth:
                 raise no_auth_error(s, self.root) from None
         except BaseException:
             await self.zk.close()
             raise
-
-    async def _ensure_layout(self) -> None:
-        zk = self._zk()
-        config_path = f"{self.root}/config"
-        # Read first: on a protected cluster, wrong or missing credentials fail here with
-        # NoAuth, before this node tries to create anything.
-        try:
-            existing = orjson.loads(await zk.get_data(config_path))
-        except exc.NoNode:
-            existing = None
-        except exc.NoAuth:
-            raise no_auth_error(self.settings, config_path) from None
-        if existing is None:
-            await zk.ensure_path(self.root)
-            try:
-                await zk.create(config_path, data=orjson.dumps({"slots": self.settings.slots}))
-            except exc.NodeExists:  # another node created it meanwhile
-                existing = orjson.loads(await zk.get_data(config_path))
-        else:
-            await self._check_acl(config_path)
-        if existing is not None and existing.get("slots") != self.settings.slots:
-            raise ClusterConfigError(
-                f"cluster {self.root} has {existing.get('slots')} slots; this node is "
-                f"configured with slots={self.settings.slots}. The slot count is fixed "
-                "when a cluster is created: start the node with the cluster's count."
-            )
-        # ensure_path makes container znodes, which ZooKeeper deletes once emptied (members/
-        # after the last node left): make them again if so.
-        await zk.ensure_path(f"{self.root}/members")
-        await zk.ensure_path(f"{self.root}/slots")
-        present = set(await zk.get_children(f"{self.root}/slots"))
-        for slot in range(self.settings.slots):
-            if str(slot) not in present:
-                try:
-                    await zk.create(f"{self.root}/slots/{slot}", data=orjson.dumps({"owner": None}))
-                except exc.NodeExists:
-                    pass
-
-    async def _check_acl(self, path: str) -> None:
-        """Warn when a node with zk_auth joins a cluster created without it: the old
-        znodes stay world-writable until an operator migrates them (docs/security.md)."""
-        if self.settings.zk_auth and is_open_acl(await self._zk().get_acl(path)):
-            log.warning(
-                "cluster %s was created without zk_auth: its znodes are writable by anyone "
-                "who reaches ZooKeeper; set their ACLs or start a new zk_root "
-                "(docs/security.md)",
-                self.root,
-            )
 
     async def _register(self) -> None:
         data = orjson.dumps(
@@ -187,10 +169,15 @@ class Membership(Actor):
                 "metrics_url": metrics_url(self.settings),
             }
         )
-        path = await self._zk().create(
-            f"{self.root}/members/m-", data=data, ephemeral=True, sequential=True
-        )
+        zk = self._zk()
+        members = f"{self.root}/members"
+        # A container znode: ZooKeeper deletes it once its last member is gone.
+        await zk.ensure_path(members)
+        await check_acls(zk, self.settings, [members])
+        path = await zk.create(f"{members}/m-", data=data, ephemeral=True, sequential=True)
+        await check_acls(zk, self.settings, [path])
         self.member = path.rsplit("/", 1)[-1]
+        self._member_session = zk.session.session_id
         log.info("joined cluster %s as %s (node %s)", self.root, self.member, self.settings.node_id)
 
     def session_state(self) -> str:
@@ -235,8 +222,9 @@ class Membership(Actor):
         members = sorted(await zk.get_children(path, watch=True))
         self._answered(asked_at)
         if self.member not in members:
-            # Our ephemeral znode is gone: the session expired. Rejoin as a new member.
-            self.held.drop_all(f"member {self.member} is gone (session expired)")
+            # Our ephemeral znode is gone, so the others may take our slots: stop working
+            # on them and rejoin as a new member.
+            self.held.drop_all(self._why_member_gone())
             self._claimed.clear()  # its claims name a dead member: anyone may take them
             self.member = None
             self.assigned = frozenset()
@@ -253,12 +241,28 @@ class Membership(Actor):
                 return
             await self._take(slot, set(members))
 
+    def _why_member_gone(self) -> str:
+        """Why this node's member znode is gone: its session expired, or (the session is
+        the one that made it, still alive) another client deleted it."""
+        zk = self._zk()
+        if self._member_session is None or zk.session.session_id != self._member_session:
+            return f"member {self.member} is gone (session expired)"
+        log.error(
+            "member znode %s/members/%s was deleted by another ZooKeeper client while this "
+            "node's session is alive: every slot is dropped and the node rejoins. Only a "
+            "client with this cluster's zk_auth (or with no zk_auth set, anyone) can do "
+            "that (docs/security.md)",
+            self.root,
+            self.member,
+        )
+        return f"member {self.member} was deleted by another client"
+
     def _answered(self, asked_at: float) -> None:
         """ZooKeeper answered a request sent at `asked_at`: the session was alive then."""
         self._last_contact = max(self._last_contact, asked_at)
 
     async def _release(self, slot: int) -> None:
-        version = self._claimed[slot]
+        version, epoch = self._claimed[slot]
         if self.held.release(slot):  # actors stop working on it now
             try:
                 await asyncio.wait_for(
@@ -268,8 +272,9 @@ class Membership(Actor):
                 log.warning("slot %d: rounds still in flight at hand-off", slot)
         path = f"{self.root}/slots/{slot}"
         try:
-            await self._zk().set(path, orjson.dumps({"owner": None}), version=version)
-            log.info("released slot %d (epoch %d)", slot, version, extra={"slot": slot})
+            released = orjson.dumps({"owner": None, "epoch": epoch})
+            await self._zk().set(path, released, version=version)
+            log.info("released slot %d (epoch %d)", slot, epoch, extra={"slot": slot})
         except exc.BadVersion:
             pass  # someone took it already: nothing of ours to release
         self._claimed.pop(slot, None)
@@ -278,9 +283,19 @@ class Membership(Actor):
         zk = self._zk()
         path = f"{self.root}/slots/{slot}"
         asked_at = time.monotonic()
-        data, stat = await zk.get(path)
+        try:
+            acl_stat = await self._slot_acl(slot, path)
+            data, stat = await zk.get(path)
+        except exc.NoNode:  # deleted: make it again (it is checked before it is taken)
+            with contextlib.suppress(exc.NodeExists):
+                await zk.create(path, data=orjson.dumps({"owner": None}))
+            return
         self._answered(asked_at)
-        owner = orjson.loads(data).get("owner") if data else None
+        if acl_stat is None or stat.created_zxid != acl_stat.created_zxid:
+            return  # refused, or re-created since its ACL was read: look again next pass
+        record = orjson.loads(data) if data else {}
+        record = record if isinstance(record, dict) else {}
+        owner = record.get("owner")
         if owner is not None and owner != self.member:
             if owner in live:
                 return  # its owner is alive and has not released it yet
@@ -288,16 +303,27 @@ class Membership(Actor):
             # may already own the slot. Only a member whose znode is gone is dead.
             if await zk.exists(f"{self.root}/members/{owner}"):
                 return
+        # Greater than every epoch this slot ever had: ZooKeeper's zxid grows past each
+        # earlier take (also across a delete and re-create), Redis keeps the last one
+        # should ZooKeeper have lost its data.
+        stored = await self.scripts.redis.get(self.scripts.keys.slot(slot).owner)
+        epoch = max(stat.last_modified_zxid, _int(record.get("epoch")), int(stored or 0)) + 1
+        if epoch > MAX_EPOCH:
+            log.error("slot %d: epoch %d is too large to fence with; not taken", slot, epoch)
+            return
         try:
             new = await zk.set(
                 path,
-                orjson.dumps({"owner": self.member, "node_id": self.settings.node_id}),
+                orjson.dumps(
+                    {"owner": self.member, "node_id": self.settings.node_id, "epoch": epoch}
+                ),
                 version=stat.version,
             )
         except exc.BadVersion:
             return  # changed meanwhile; look again on the next pass
-        epoch = int(new.version)
-        self._claimed[slot] = epoch
+        if new.created_zxid != acl_stat.created_zxid:
+            return  # re-created between the read and the write: not the znode checked
+        self._claimed[slot] = (int(new.version), epoch)
         try:
             taken = await self.scripts.take(slot, epoch)
         except ReplicationUnconfirmed as error:
@@ -307,9 +333,8 @@ class Membership(Actor):
             taken = bool(error.result)
             log.warning("slot %d: epoch %d not confirmed by a replica: %s", slot, epoch, error)
         if not taken:
-            log.error(
-                "slot %d: Redis holds an epoch newer than %d; was ZooKeeper reset?", slot, epoch
-            )
+            # Only a take that raced this one can have put an epoch >= ours there.
+            log.warning("slot %d: Redis already holds an epoch >= %d; taking it again", slot, epoch)
             return
         if self.member is None or self.stopping:
             return
@@ -318,6 +343,19 @@ class Membership(Actor):
             "took slot %d (epoch %d, previous owner %s)", slot, epoch, owner, extra={"slot": slot}
         )
         self.on_acquired(slot)
+
+    async def _slot_acl(self, slot: int, path: str) -> Stat | None:
+        """The stat of the slot's znode if its ACL is this cluster's own (or no zk_auth
+        is set); None, logged once per re-creation, if someone else can change it."""
+        acl, stat = await read_acl(self._zk(), self.settings, path)
+        problem = acl_problem(self.settings, acl)
+        if problem is None:
+            return stat
+        if self._refused.get(slot) != stat.created_zxid:
+            self._refused[slot] = stat.created_zxid
+            error = unsafe_acl_error(self.settings, path, problem)
+            log.error("slot %d not taken: %s", slot, error, extra={"slot": slot})
+        return None
 
     async def _watch_session(self) -> None:
         """Drop every slot at once when the session is lost, or when ZooKeeper has not

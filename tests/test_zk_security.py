@@ -4,7 +4,6 @@ ZooKeeper: each test uses a zk_root of its own, so its protected znodes bother n
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
 from collections.abc import AsyncIterator
 
@@ -211,18 +210,23 @@ async def test_without_zk_auth_znodes_stay_open(
         await zk.close()
 
 
-async def test_joining_an_open_cluster_with_zk_auth_warns(
-    settings: Settings, zk_root: str, redis: RedisClient, caplog: pytest.LogCaptureFixture
+async def test_joining_an_open_cluster_with_zk_auth_is_refused(
+    settings: Settings, zk_root: str, redis: RedisClient
 ) -> None:
+    # A cluster created without zk_auth is writable by anyone: a node with zk_auth
+    # refuses it (docs/security.md#migrating-an-existing-open-cluster) instead of
+    # trusting slots and epochs anyone can rewrite.
     open_settings = settings.replace(zk_root=zk_root, zk_auth="")
     first = joining_member(open_settings, redis)
     await first.join()
     try:
         second = joining_member(open_settings.replace(zk_auth=f"alice:{PASSWORD}"), redis)
-        with caplog.at_level(logging.WARNING, logger="actors.membership"):
+        with pytest.raises(ZooKeeperAccessError) as refused:
             await second.join()
-        await second.leave()
-        assert "created without zk_auth" in caplog.text
+        root = open_settings.zk_cluster_root
+        assert f"znode {root} has an unsafe ACL" in str(refused.value)
+        assert "world:anyone:cdrwa" in str(refused.value)
+        assert PASSWORD not in str(refused.value)
     finally:
         await first.leave()
         zk = await open_zk(open_settings.replace(zk_auth=f"alice:{PASSWORD}"))

@@ -4,8 +4,10 @@ digest authentication and says which ACL delayq's znodes get.
 With zk_auth = "user:password" the client sends the digest credentials on every
 connection it makes (ZooKeeper keeps them per connection, so a reconnect must send them
 again), and every znode it creates gets an ACL giving all permissions to that digest
-identity and none to anyone else. Without zk_auth znodes are world-writable
-(OPEN_ACL_UNSAFE): fit for trusted networks only (docs/security.md).
+identity and none to anyone else. A znode someone else made (or opened) is not trusted:
+check_acl() refuses one that lets any other identity write, create, delete or change
+its ACL. Without zk_auth znodes are world-writable (OPEN_ACL_UNSAFE) and nothing is
+checked: fit for trusted networks only (docs/security.md).
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import hashlib
 import logging
 from typing import Any
 
-from aiozk import ZKClient, protocol
+from aiozk import ZKClient, exc, protocol
 from aiozk.protocol.acl import ACL
+from aiozk.protocol.stat import Stat
 from aiozk.session import Session
 from aiozk.states import States
 
@@ -27,6 +30,7 @@ from cluster.settings.config import Settings
 log = logging.getLogger(__name__)
 
 PERMS_ALL = ("read", "write", "create", "delete", "admin")
+ACL_CHECKS_AT_ONCE = 128  # getACL requests in flight at once
 
 
 def digest_id(auth: str) -> str:
@@ -116,6 +120,92 @@ def no_auth_error(settings: Settings, path: str) -> ZooKeeperAccessError:
     )
 
 
-def is_open_acl(acl: list[Any]) -> bool:
-    """Whether an ACL lets anyone write (world:anyone with the write permission)."""
-    return any(entry.id.scheme == "world" and entry.perms & ACL.WRITE_PERM for entry in acl)
+# The rights that let a client change a znode or its children: only delayq's own identity
+# may hold them on the cluster's znodes. Others may read (monitoring).
+CHANGE_PERMS = ACL.WRITE_PERM | ACL.CREATE_PERM | ACL.DELETE_PERM | ACL.ADMIN_PERM
+# What delayq itself needs on them (admin only to let an operator run setAcl as delayq).
+NEEDED_PERMS = ACL.READ_PERM | ACL.WRITE_PERM | ACL.CREATE_PERM | ACL.DELETE_PERM
+_PERM_LETTERS = (
+    (ACL.CREATE_PERM, "c"),
+    (ACL.DELETE_PERM, "d"),
+    (ACL.READ_PERM, "r"),
+    (ACL.WRITE_PERM, "w"),
+    (ACL.ADMIN_PERM, "a"),
+)
+
+
+def _letters(perms: int) -> str:
+    return "".join(letter for bit, letter in _PERM_LETTERS if perms & bit)
+
+
+def acl_problem(settings: Settings, acl: list[Any]) -> str | None:
+    """What makes a znode's ACL unsafe for a cluster with zk_auth, or None if it is safe:
+    every right to change the znode (write, create, delete, admin) must belong to the
+    zk_auth digest identity alone, and that identity must be able to read, write, create
+    and delete. Without zk_auth nothing is checked (an open cluster, docs/security.md)."""
+    if not settings.zk_auth:
+        return None
+    me = ("digest", digest_id(settings.zk_auth))
+    others = [
+        f"{entry.id.scheme}:{entry.id.id}:{_letters(entry.perms)}"
+        for entry in acl
+        if (entry.id.scheme, entry.id.id) != me and entry.perms & CHANGE_PERMS
+    ]
+    if others:
+        return f"others may change it ({', '.join(others)})"
+    mine = 0
+    for entry in acl:
+        if (entry.id.scheme, entry.id.id) == me:
+            mine |= entry.perms
+    if mine & NEEDED_PERMS != NEEDED_PERMS:
+        return f"digest user {zk_user(settings)!r} has only {_letters(mine) or 'no rights'}"
+    return None
+
+
+def unsafe_acl_error(settings: Settings, path: str, problem: str) -> ZooKeeperAccessError:
+    """The error for a znode delayq relies on whose ACL is not its own: one line naming
+    the znode, what is wrong and the fix (never the password)."""
+    user = zk_user(settings)
+    return ZooKeeperAccessError(
+        f"ZooKeeper znode {path} has an unsafe ACL: {problem}. With zk_auth every znode "
+        f"of cluster {settings.zk_cluster_root} must give the rights to change it to "
+        f"digest user {user!r} alone; someone else created or changed it. Find out who, "
+        f"then delete the cluster's znodes or, in zkCli.sh, run `addauth digest "
+        f"{user}:PASSWORD` and `setAcl -R {settings.zk_cluster_root} "
+        f"auth:{user}:PASSWORD:cdrwa` (docs/security.md#zookeeper-digest-authentication-and-acls)"
+    )
+
+
+async def read_acl(zk: ZKClient, settings: Settings, path: str) -> tuple[list[Any], Stat]:
+    """A znode's ACL and stat (its created_zxid tells one incarnation of a path from the
+    next). Raises aiozk's NoNode if it is missing, ZooKeeperAccessError on NoAuth."""
+    try:
+        reply = await zk.send(protocol.GetACLRequest(path=zk.normalize_path(path)))
+    except exc.NoAuth:
+        raise no_auth_error(settings, path) from None
+    return reply.acl, reply.stat
+
+
+async def check_acl(zk: ZKClient, settings: Settings, path: str) -> Stat:
+    """read_acl(), raising unsafe_acl_error() when the ACL is not delayq's own."""
+    acl, stat = await read_acl(zk, settings, path)
+    problem = acl_problem(settings, acl)
+    if problem is not None:
+        raise unsafe_acl_error(settings, path, problem)
+    return stat
+
+
+async def check_acls(zk: ZKClient, settings: Settings, paths: list[str]) -> None:
+    """check_acl() on each of `paths` (a few at a time), raising the error of the first
+    in order that fails; missing znodes pass (they are checked once made). Nothing is
+    checked without zk_auth."""
+    if not settings.zk_auth:
+        return
+    for at in range(0, len(paths), ACL_CHECKS_AT_ONCE):
+        chunk = paths[at : at + ACL_CHECKS_AT_ONCE]
+        results = await asyncio.gather(
+            *(check_acl(zk, settings, path) for path in chunk), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, exc.NoNode):
+                raise result

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from cluster.model.envelope import Fire, due_and_topic, fire_of, is_lean, with_tail
-from cluster.model.jobs import topic_allowed
+from cluster.model.jobs import topic_refusal
 from cluster.scripts.codec import Claimed
+from cluster.settings.config import Settings
 
 # Hands records to the producer, given each one's (slot, job id); one future per record.
 # And the time.monotonic() their claim's reply arrived.
@@ -85,8 +86,9 @@ class Sorted:
     fires: list[Fire]  # due: published now
     owners: list[tuple[int, bytes, int]]  # slot, job id, claimed at: one per fire
     later: list[Held]  # not due yet: published at their due time
-    # Jobs that cannot be published (no MySQL row, or a topic allowed_topics does not
-    # cover: a producer with other settings wrote them): each attempt fails, then dead.
+    # Jobs that cannot be published (no MySQL row, or a topic producers refuse, see
+    # topic_refusal: a producer with other settings wrote them): each attempt fails,
+    # then dead.
     refused: dict[tuple[int, int], dict[bytes, str]]  # (slot, epoch) → job id → error
     # Lean jobs whose tail could not be read (MySQL down): released, not failed.
     unbuilt: dict[tuple[int, int], list[bytes]]  # (slot, epoch) → job ids
@@ -104,7 +106,7 @@ class Answers(NamedTuple):
 def sort_claimed(
     claims: list[SlotClaim],
     tails: dict[bytes, bytes] | None,
-    allowed_topics: str,
+    settings: Settings,
     claim_batch: int,
     received: float,
 ) -> Sorted:
@@ -131,11 +133,9 @@ def sort_claimed(
                     continue
                 envelope = with_tail(envelope, tail)
             due_ms, topic = due_and_topic(envelope)
-            if not topic_allowed(allowed_topics, topic):
-                refused[slot, epoch][job.job_id] = (
-                    f"TopicNotAllowed: topic {topic!r} matches none of "
-                    f"allowed_topics={allowed_topics!r}"
-                )[:500]
+            refusal = topic_refusal(topic, settings)
+            if refusal is not None:
+                refused[slot, epoch][job.job_id] = f"TopicNotAllowed: {refusal}"[:500]
                 continue
             if due_ms > now_ms:
                 later.append(

@@ -13,6 +13,8 @@ the alert rules built on them.
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -69,8 +71,12 @@ METRIC_NAMES = frozenset(
         "delayq_healthy",
         "delayq_ready",
         "delayq_node_info",
+        "delayq_metrics_topics_folded",
     }
 )
+# The topic label of the series that sum the topics beyond metrics_max_topics: not a
+# valid Kafka topic name, so never mistaken for one.
+OTHER_TOPICS = "(other)"
 
 
 class NodeCollector(Collector):
@@ -83,21 +89,69 @@ class NodeCollector(Collector):
         parts = self.node.parts
         if parts is None:
             return
-        yield from _counters(parts)
-        yield from _histograms(parts)
+        topics = TopicLabels(parts.dispatcher.published_by_topic, self.node.settings)
+        yield from _counters(parts, topics)
+        yield from _histograms(parts, topics)
         yield from _gauges(parts, self.node.settings)
+        yield _gauge(
+            "delayq_metrics_topics_folded",
+            'Topics this node fired to whose series are summed under topic="(other)": '
+            "it fired to more than metrics_max_topics topics.",
+            topics.folded,
+        )
+
+
+class TopicLabels:
+    """The topic label of each topic a node fired to. Producers choose topic names, so
+    the label values are capped: the first metrics_max_topics topics the node fired to
+    keep their own series, and the series of any later ones are summed under
+    OTHER_TOPICS (a set that only grows, so that sum only grows, as a counter must)."""
+
+    def __init__(self, seen: Counter[str], settings: Settings) -> None:
+        # A Counter keeps its keys in the order they were first counted.
+        self.own = frozenset(itertools.islice(seen, settings.metrics_max_topics))
+        self.folded = len(seen) - len(self.own)
+
+    def label(self, topic: str) -> str:
+        return topic if topic in self.own else OTHER_TOPICS
+
+    def counts(self, by_topic: Counter[str]) -> list[tuple[str, float]]:
+        """by_topic's counts by label."""
+        summed: Counter[str] = Counter()
+        for topic, count in by_topic.items():
+            summed[self.label(topic)] += count
+        return sorted(summed.items())
+
+    def histograms(
+        self, histograms: Histograms
+    ) -> Iterator[tuple[tuple[str, ...], list[tuple[str, int]], float]]:
+        """histograms' cumulative series by label (a topic is the first label): those of
+        the topics under OTHER_TOPICS added up, bucket by bucket."""
+        summed: dict[tuple[str, ...], tuple[list[tuple[str, int]], float]] = {}
+        for labels, buckets, total in histograms.cumulative():
+            key = (self.label(labels[0]), *labels[1:])
+            if key in summed:
+                before, before_total = summed[key]
+                buckets = [
+                    (le, count + earlier)
+                    for (le, count), (_, earlier) in zip(buckets, before, strict=True)
+                ]
+                total += before_total
+            summed[key] = (buckets, total)
+        for key, (buckets, total) in summed.items():
+            yield key, buckets, total
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(name, doc, value=value)
 
 
-def _counters(p: NodeParts) -> Iterator[Metric]:
+def _counters(p: NodeParts, topics: TopicLabels) -> Iterator[Metric]:
     yield labelled_counter(
         "delayq_jobs_fired",
         "Jobs published to Kafka and acknowledged by the broker (a duplicate counts again).",
         "topic",
-        sorted(p.dispatcher.published_by_topic.items()),
+        topics.counts(p.dispatcher.published_by_topic),
     )
     yield _counter("delayq_jobs_moved", "Jobs moved from delay to ready.", p.mover.moved_total)
     yield _counter(
@@ -197,13 +251,14 @@ def _add(family: HistogramMetricFamily, histograms: Histograms, *extra: str) -> 
         family.add_metric([*labels, *extra], buckets, total)
 
 
-def _histograms(p: NodeParts) -> Iterator[Metric]:
+def _histograms(p: NodeParts, topics: TopicLabels) -> Iterator[Metric]:
     lateness = HistogramMetricFamily(
         "delayq_fire_lateness_seconds",
         "Broker acknowledgement time minus due time, per fired job (Redis clock).",
         labels=["topic"],
     )
-    _add(lateness, p.dispatcher.lateness)
+    for labels, buckets, total in topics.histograms(p.dispatcher.lateness):
+        lateness.add_metric(list(labels), buckets, total)
     yield lateness
     stages = HistogramMetricFamily(
         "delayq_stage_seconds",

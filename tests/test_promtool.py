@@ -227,6 +227,17 @@ ALERT_SCENARIOS: list[dict[str, Any]] = [
         "input_series": [series("delayq_journal_backlog", "60000-1000x40")],
         "alert_rule_test": [expect("30m", "DelayqJournalBacklogGrowing")],
     },
+    # Node 1 fires to more topics than metrics_max_topics from minute 3; node 2 does not.
+    {
+        "input_series": [
+            series("delayq_metrics_topics_folded", "0 0 0 5 12 12"),
+            series("delayq_metrics_topics_folded", "0x5", instance="n2:9464"),
+        ],
+        "alert_rule_test": [
+            expect("2m", "DelayqMetricsTopicsFolded"),
+            expect("4m", "DelayqMetricsTopicsFolded", {**TICKET, "instance": "n1:9464"}),
+        ],
+    },
 ]
 
 

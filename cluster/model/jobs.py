@@ -159,6 +159,11 @@ def check_topic(topic: object) -> str:
     return topic
 
 
+# Kafka's convention for its own and its tools' topics (__consumer_offsets,
+# __transaction_state, __cluster_metadata, ...): never a delayq topic.
+KAFKA_INTERNAL_PREFIX = "__"
+
+
 @functools.lru_cache(maxsize=64)
 def _topic_patterns(allowed: str) -> tuple[re.Pattern[str], ...]:
     """The compiled fnmatch patterns of an allowed_topics setting (parsed once)."""
@@ -167,20 +172,62 @@ def _topic_patterns(allowed: str) -> tuple[re.Pattern[str], ...]:
     )
 
 
-@functools.lru_cache(maxsize=4096)
 def topic_allowed(allowed: str, topic: str) -> bool:
     """Whether topic matches a pattern of the allowed_topics setting (empty: any)."""
-    if not allowed:
-        return True
-    return any(pattern.match(topic) for pattern in _topic_patterns(allowed))
+    return not allowed or any(pattern.match(topic) for pattern in _topic_patterns(allowed))
+
+
+def own_topics(settings: Settings) -> dict[str, str]:
+    """delayq's own topics by the setting that names them: the exactly-once journal, and
+    the ingress topic and its error topic when set."""
+    return _own_topics(
+        settings.kafka_journal_topic, settings.ingress_topic, settings.ingress_error_topic
+    )
+
+
+def _own_topics(journal: str, ingress: str, ingress_errors: str) -> dict[str, str]:
+    own = {"kafka_journal_topic": journal, "ingress_topic": ingress}
+    if ingress or ingress_errors:
+        # The ingress's default error topic (cluster/ingress/startup.py).
+        own["ingress_error_topic"] = ingress_errors or f"{ingress}.errors"
+    return {name: topic for name, topic in own.items() if topic}
+
+
+def topic_refusal(topic: str, settings: Settings) -> str | None:
+    """Why producers must not schedule to topic (nor nodes publish to it), or None.
+    Always refused: Kafka's internal topics (``__*``) and delayq's own (own_topics);
+    and, when allowed_topics is set, a topic that matches none of its patterns."""
+    return _refusal(
+        topic,
+        settings.allowed_topics,
+        settings.kafka_journal_topic,
+        settings.ingress_topic,
+        settings.ingress_error_topic,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _refusal(
+    topic: str, allowed: str, journal: str, ingress: str, ingress_errors: str
+) -> str | None:
+    if topic.startswith(KAFKA_INTERNAL_PREFIX):
+        return (
+            f"topic {topic!r} is refused: names starting with {KAFKA_INTERNAL_PREFIX!r} are "
+            "Kafka's internal topics"
+        )
+    for name, own in _own_topics(journal, ingress, ingress_errors).items():
+        if topic == own:
+            return f"topic {topic!r} is refused: it is delayq's own {name}"
+    if not topic_allowed(allowed, topic):
+        return f"topic {topic!r} matches none of allowed_topics={allowed!r}"
+    return None
 
 
 def check_allowed_topic(topic: str, settings: Settings) -> str:
-    """topic, if the allowed_topics setting lets producers schedule to it."""
-    if settings.allowed_topics and not topic_allowed(settings.allowed_topics, topic):
-        raise InvalidJob(
-            f"topic {topic!r} matches none of allowed_topics={settings.allowed_topics!r}"
-        )
+    """topic, if producers may schedule to it (topic_refusal)."""
+    refusal = topic_refusal(topic, settings)
+    if refusal is not None:
+        raise InvalidJob(refusal)
     return topic
 
 

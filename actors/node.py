@@ -43,6 +43,7 @@ from actors.retention import Retention
 from actors.sampler import Sampler
 from actors.scanner import SlotScanner
 from actors.supervisor import Supervisor
+from actors.tombstones import Tombstones
 from actors.transactions import SlotTransactions
 from actors.wake_listener import WakeListener
 from cluster.connections.kafka_conn import start_client
@@ -192,6 +193,7 @@ class Node:
         recurring = RecurringTicks(s, scripts, self.mysql, held)
         sampler = Sampler(s, redis, self.keys, self.mysql, producer, held)
         retention = Retention(s, self.mysql, held)
+        tombstones = Tombstones(s, scripts, self.mysql, held, scanner.redis_now_ms)
 
         def acquired(slot: int) -> None:
             scanner.wake(slot, 0)
@@ -210,6 +212,7 @@ class Node:
                 listener,
                 recurring,
                 reconciler,
+                tombstones,
                 filler,
                 outbox,
                 scanner,

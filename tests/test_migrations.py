@@ -195,7 +195,8 @@ async def test_an_old_style_database_is_adopted(new_database: NewDatabase, tmp_p
         with pytest.raises(
             SchemaError,
             match=r"002_created_index\.sql, 003_retention_index\.sql, 004_outbox\.sql, "
-            r"005_recurring\.sql, 006_expiry\.sql, 007_recurring_expiry\.sql not applied",
+            r"005_recurring\.sql, 006_expiry\.sql, 007_recurring_expiry\.sql, "
+            r"008_restored\.sql not applied",
         ):
             await check_schema(store)  # the packaged migrations
     finally:

@@ -8,4 +8,5 @@ cluster.store for the JobRecord type a reload puts into Redis.
 - ``facade``: ``Scripts``, one method per script
 - ``runner``: loading with includes, EVALSHA, per-slot batches and their errors
 - ``codec``: what goes into the scripts and what comes out, as Python values
+- ``restores``: putting back the jobs of cancels that failed half-way (uncancel, restore)
 """

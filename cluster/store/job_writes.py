@@ -1,5 +1,6 @@
 """The SQL of the job tables' hot writes, built as multi-row statements: new job rows,
-history rows, and the outcomes a node's recorder applies.
+history rows, and the outcomes a node's recorder applies; and the marks of jobs whose
+half-done cancel a node restores (restored_ms, migration 008).
 
 Built here as text (sql.multi_row, one escape per text value) rather than by the driver,
 whose per-parameter escaping cost more than the database's work. MySQLStore
@@ -8,6 +9,7 @@ whose per-parameter escaping cost more than the database's work. MySQLStore
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 from cluster.model.contract import WAITING_STATUSES, JobStatus
 from cluster.model.jobs import ValidJob
 from cluster.store import sql
-from cluster.store.rows import Outcome
+from cluster.store.rows import JOB_COLUMNS, JobRecord, Outcome, record_of_row
 
 Quote = Callable[[str | None], str]
 Shard = tuple[int, int]
@@ -136,3 +138,47 @@ def _status_change(outcome: Outcome) -> tuple[int, int, str | None, str, int]:
         outcome.job_id,
         int(JobStatus.FIRING),
     )
+
+
+def unrestored_since(since_ms: int | None) -> tuple[tuple[int, ...], str]:
+    """(parameters, SQL condition) of an UPDATE that applies only to a row not restored
+    at or after since_ms (a cancel's Redis TIME): a cancel whose MySQL step comes after
+    a node restored its job (mark_restored) changes nothing, and its caller tries again.
+    Nothing when since_ms is None."""
+    if since_ms is None:
+        return (), ""
+    return (int(since_ms),), " AND (restored_ms IS NULL OR restored_ms < %s)"
+
+
+async def mark_restored(pool: Any, table: str, marks: dict[str, int]) -> list[JobRecord]:
+    """The rows of `marks`' jobs in one shard's job table (`table`) that are still
+    waiting, each given restored_ms = marks[job_id], in one committed transaction (the
+    rows locked between the read and the write). Committed before the jobs go back into
+    Redis: from then on, the UPDATE of a cancel whose Redis step was before its mark
+    changes nothing (unrestored_since)."""
+    if not marks:
+        return []
+    ids = list(marks)
+    listed = ", ".join(["%s"] * len(ids))
+    async with pool.acquire() as conn:
+        await conn.begin()
+        try:
+            async with conn.cursor() as cur:
+                await cur.execute(
+                    f"SELECT {JOB_COLUMNS} FROM {table} WHERE job_id IN ({listed})"
+                    f" AND status IN ({_WAITING}) FOR UPDATE",
+                    ids,
+                )
+                rows = [record_of_row(row) for row in await cur.fetchall()]
+                if rows:
+                    await cur.executemany(
+                        f"UPDATE {table} SET restored_ms = %s WHERE job_id = %s",
+                        [(int(marks[row.job_id]), row.job_id) for row in rows],
+                    )
+            await conn.commit()
+        except BaseException:
+            # A broken connection rolls back by itself; one that works is given back clean.
+            with contextlib.suppress(Exception):
+                await conn.rollback()
+            raise
+    return rows

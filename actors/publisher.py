@@ -31,7 +31,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
 
-from cluster.connections.kafka_conn import connection_options
+from cluster.connections.kafka_conn import connection_options, report_outages
 from cluster.model.envelope import Fire, partition_of
 from cluster.settings.config import Settings
 
@@ -39,8 +39,9 @@ from cluster.settings.config import Settings
 def make_producer(settings: Settings, transactional_id: str | None = None) -> AIOKafkaProducer:
     """The node's producer; with a transactional id, a slot's (delivery = exactly_once,
     actors/transactions.py), which is always idempotent. Connection and security options
-    from cluster/connections/kafka_conn.py."""
-    return AIOKafkaProducer(
+    from cluster/connections/kafka_conn.py; its metadata exchanges end a Kafka outage in
+    the log."""
+    producer = AIOKafkaProducer(
         **connection_options(settings),
         client_id=f"delayq-{settings.node_id}",
         acks="all",
@@ -51,6 +52,8 @@ def make_producer(settings: Settings, transactional_id: str | None = None) -> AI
         max_batch_size=256 * 1024,
         max_request_size=settings.kafka_max_batch_bytes,
     )
+    report_outages(producer.client.cluster, settings)
+    return producer
 
 
 def _failed(exc: BaseException) -> asyncio.Future[object]:

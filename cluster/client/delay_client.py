@@ -98,6 +98,7 @@ class DelayClient:
             wait_timeout_ms=self.settings.redis_wait_timeout_ms,
             payload_lead_ms=self.settings.payload_lead_ms,
         )
+        scripts.wait_fallback = self.settings.redis_wait_fallback
         self._opened = _Opened(
             redis,
             scripts,

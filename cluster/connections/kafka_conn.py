@@ -27,6 +27,7 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from cluster.errors import ConfigError, KafkaAccessError
 from cluster.settings.config import Settings
+from cluster.settings.logs import kafka_answered, name_kafka
 from cluster.settings.security import client_tls, describe_tls_error, tls_cause
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,16 @@ def connection_options(settings: Settings) -> ConnectionOptions:
 
 def make_consumer(settings: Settings, *topics: str, **options: Any) -> AIOKafkaConsumer:
     """A consumer connected as the settings say; options go to AIOKafkaConsumer."""
-    return AIOKafkaConsumer(*topics, **connection_options(settings), **options)
+    consumer = AIOKafkaConsumer(*topics, **connection_options(settings), **options)
+    report_outages(consumer._client.cluster, settings)
+    return consumer
+
+
+def report_outages(cluster: Any, settings: Settings) -> None:
+    """Have an aiokafka client's metadata (its ClusterMetadata) tell the log when Kafka
+    answers again, and name the brokers in the outage lines (cluster/settings/logs.py)."""
+    name_kafka(settings.kafka_bootstrap)
+    cluster.add_listener(kafka_answered)
 
 
 def make_admin(settings: Settings, **options: Any) -> AIOKafkaAdminClient:

@@ -4,10 +4,10 @@ Per round: one claim script run per slot waiting for dispatch (ready → in-flig
 a deadline; all slots in one pipelined round trip), one Kafka send per job (acks=all;
 the producer batches records), then, once the broker has answered, one ack run per
 slot for the published jobs (again one round trip) and one nack run per slot and
-distinct error for the rest. The ack journals
-"fired" for the recorder, which marks the MySQL rows. A crash anywhere in between
-leaves the jobs in flight; the retry-reaper returns them after their deadline, so a
-crash can cause a duplicate, never a loss.
+distinct error for the rest. The ack journals "fired" for the recorder, which marks the
+MySQL rows. A crash anywhere in between leaves the jobs in flight; the retry-reaper
+returns them after their deadline (a claim whose reply was lost: the next round, see
+actors/claims.py), so a crash can cause a duplicate, never a loss.
 
 Fire advance: a claim can return jobs that are not due yet; each is held in the round's
 task and published once the Redis clock has passed its due time (actors/dispatch_round.py).
@@ -42,6 +42,7 @@ from collections import Counter, defaultdict
 from aiokafka import AIOKafkaProducer
 
 from actors import failpoints
+from actors.claims import Claims
 from actors.dispatch_round import (
     Answers,
     Held,
@@ -99,6 +100,7 @@ class Dispatcher(Actor):
         self.ownership = ownership
         self.scanner = scanner
         self.inbox = inbox
+        self.claims = Claims(settings, scripts, scanner, transactions is not None)
         self.fired_total = 0
         self.failed_total = 0
         self.unreplicated_acks = 0
@@ -109,9 +111,9 @@ class Dispatcher(Actor):
         self.expired_total = 0
         self.tails_loaded_total = 0  # lean jobs whose tail was read from MySQL at claim
         self.released_total = 0  # lean jobs put back because MySQL did not answer
-        # Metrics, filled a round at a time (actors/histogram.py): records the broker
-        # acknowledged, by topic; broker ack − due per job, by topic; ready → claimed
-        # (from the slot's latest move, a lower bound) per job; claimed → broker ack.
+        # Metrics, filled a round at a time (actors/histogram.py): records acknowledged and
+        # broker ack − due per job, by topic; ready → claimed (from the slot's latest
+        # move, a lower bound) per job; claimed → broker ack.
         self.published_by_topic: Counter[str] = Counter()
         self.lateness = Histograms(LATENESS_BUCKETS_S)
         self.claim_lag = Histograms(LATENESS_BUCKETS_S)
@@ -158,14 +160,16 @@ class Dispatcher(Actor):
                 for slot, _ in held:
                     self._rounds_in_flight[slot] += 1
                 await in_flight.acquire()
+                still = [
+                    (slot, epoch)
+                    for slot, epoch in held
+                    if self.ownership.owns(slot) and self.ownership.epoch(slot) == epoch
+                ]
+                bounds = self.claims.bounds(still)
                 try:
-                    still = [
-                        (slot, epoch)
-                        for slot, epoch in held
-                        if self.ownership.owns(slot) and self.ownership.epoch(slot) == epoch
-                    ]
                     sent, later, more = await self._claim_and_send(still) if still else ({}, [], [])
                 except Exception as exc:
+                    self.claims.round_failed(bounds)  # the claims may have run: actors/claims.py
                     self.warn("claiming from %d slot(s) failed: %s", len(held), exc)
                     self._round_finished(held, in_flight)
                     await self.sleep(RETRY_AFTER_ERROR_S)
@@ -194,7 +198,7 @@ class Dispatcher(Actor):
         tails = await self._load_tails(
             [job.job_id for claim in claims for job in claim.jobs if is_lean(job.envelope)]
         )
-        jobs = sort_claimed(self._fresh(claims), tails, s.allowed_topics, s.claim_batch, received)
+        jobs = sort_claimed(self._fresh(claims), tails, s, s.claim_batch, received)
         if failed:
             self.warn(
                 "claiming from %d of %d slot(s) failed, retrying in %.0f ms: %s",
@@ -212,19 +216,18 @@ class Dispatcher(Actor):
     async def _claim(
         self, held: list[tuple[int, int]]
     ) -> tuple[list[SlotClaim], list[SlotFailed], float]:
-        """Run the claim script for every (slot, epoch) in one round trip. Returns the
+        """Claim (or reclaim) from every (slot, epoch) in one round trip. Returns the
         claims of the slots still owned, the slots whose Redis node failed, and the
-        time.monotonic() the reply arrived."""
-        s = self.settings
-        # Exactly-once: a claim a Redis failover could undo would fire its jobs twice.
+        time.monotonic() the reply arrived. Exactly-once: the claims wait for a replica
+        (a claim a Redis failover could undo would fire its jobs twice)."""
         durable = self.transactions is not None
-        replies = await self.scripts.claim_many(held, s.claim_batch, s.inflight_timeout_ms, durable)
+        replies = await self.claims.run(held, self.settings.claim_batch, durable)
         received = time.monotonic()
-        if any(isinstance(reply, ClaimResult) and reply.jobs for reply in replies):
+        if any(isinstance(reply, ClaimResult) and reply.jobs for _, _, reply in replies):
             failpoints.hit("after-claim")
         claims: list[SlotClaim] = []
         failed: list[SlotFailed] = []
-        for (slot, epoch), reply in zip(held, replies, strict=True):
+        for slot, epoch, reply in replies:
             if reply is None:
                 self.ownership.lost(slot, epoch)
                 continue
@@ -232,6 +235,10 @@ class Dispatcher(Actor):
                 # Only this slot's Redis node is in trouble: the others' claims go on.
                 failed.append(reply)
                 self.scanner.retry_later(slot, int(RETRY_AFTER_ERROR_S * 1000))
+                if self.claims.failed(slot):  # back here even if nothing is ready
+                    asyncio.get_running_loop().call_later(
+                        RETRY_AFTER_ERROR_S, self.inbox.put_nowait, slot
+                    )
                 continue
             self.expired_total += reply.expired
             if reply.jobs:
@@ -242,8 +249,7 @@ class Dispatcher(Actor):
         return claims, failed, received
 
     def _fresh(self, claims: list[SlotClaim]) -> list[SlotClaim]:
-        """The claims young enough to publish. Checked after the tails were read, so the
-        time that took counts too."""
+        """The claims young enough to publish (checked after reading tails: that counts)."""
         fresh: list[SlotClaim] = []
         for claim in claims:
             age_ms = self.scanner.redis_now_ms() - claim.now_ms

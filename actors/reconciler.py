@@ -32,8 +32,10 @@ after its MySQL commit: `RedisStepFailed`):
 * The Redis watch asks Redis for its run_id (of every primary, in a Redis Cluster)
   every second (WATCH_INTERVAL_S, or recent_reconcile_ms if shorter). A new run_id means
   Redis restarted or another server took over, such as a replica promoted by a failover,
-  which may lack the last writes its master acknowledged: every owned slot goes to the
-  inbox for a full pass at once. No answer means Redis is unreachable from here, so
+  which may lack the last writes its master acknowledged: the node fires nothing from
+  it until it has re-applied MySQL's changes since the restored watermark (cancels,
+  reschedules: actors/rollback.py), and every owned slot goes to the inbox for a full
+  pass at once. No answer means Redis is unreachable from here, so
   adds may be failing for producers too: the watch notes the trouble.
 * The recent pass runs once Redis answers again after such trouble: one paged query per
   shard, for all owned slots at once, over the pending and retrying rows created since
@@ -66,6 +68,7 @@ from redis.asyncio.cluster import RedisCluster
 from actors.lifecycle import Actor, Tick
 from actors.ownership import Ownership
 from actors.queues import SlotQueue
+from actors.rollback import SlotVerifier
 from cluster.connections.redis_conn import RedisClient
 from cluster.model.contract import WAITING_STATUSES, AddCode, JobStatus
 from cluster.scripts.facade import NewJob, Scripts
@@ -248,6 +251,8 @@ class Reconciler(Actor):
         self._recent_since: dt.datetime | None = None
         self._recent_failing = False
         self._redis_identity: frozenset[str] | None = None
+        # Each owned slot verified on its Redis server before claims (actors/rollback.py).
+        self.verifier = SlotVerifier(settings, mysql, scripts, ownership)
         # Set when the watch found Redis unreachable; cleared by a recent pass.
         self._redis_trouble = False
 
@@ -266,6 +271,7 @@ class Reconciler(Actor):
         await self.watch_redis()  # the Redis this node's take-time passes filled
         while (slots := await self.next_batch(self.inbox)) is not None:
             owned = [slot for slot in slots if self.ownership.owns(slot)]
+            await self._verify(slot for slot in owned if slot not in self._loaded_until)
             until = load_bound_ms(self.settings)
             # Jobs due after what was loaded already were MySQL's only (tiering); before
             # it, Redis should hold them. A slot just taken: its last owner loaded at
@@ -363,6 +369,7 @@ class Reconciler(Actor):
             self._redis_trouble = True
             return
         previous, self._redis_identity = self._redis_identity, identity
+        await self._verify(self.ownership.owned())
         if previous is None or previous == identity:
             return
         owned = sorted(self.ownership.owned())
@@ -374,6 +381,12 @@ class Reconciler(Actor):
         )
         for slot in owned:
             await self.inbox.put(slot)
+
+    async def _verify(self, slots: Iterable[int]) -> None:
+        try:
+            await self.verifier.check(sorted(slots))
+        except Exception as exc:  # MySQL or Redis down: nothing fires from them meanwhile
+            self.warn("making Redis agree with MySQL failed, will retry: %s", exc)
 
     async def _load_ahead_tick(self) -> None:
         """Every horizon/4, load the jobs that came within horizon/2 of their due time."""

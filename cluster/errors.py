@@ -39,6 +39,7 @@ __all__ = [
     "InvalidJob",
     "KafkaAccessError",
     "OutcomeUnknown",
+    "RedisRestarted",
     "RedisStepFailed",
     "ReplicationUnconfirmed",
     "SchemaError",
@@ -82,7 +83,8 @@ class InvalidJob(DelayqError, ValueError):
 
 
 class StoreUnavailable(DelayqError, RuntimeError):
-    """MySQL could not be reached, so nothing was scheduled (Redis was not touched)."""
+    """MySQL could not be reached, so nothing was changed: no job scheduled (Redis was
+    not touched), or a cancel or reschedule undone in Redis before it was answered."""
 
 
 class StoreMismatch(DelayqError, RuntimeError):
@@ -92,9 +94,11 @@ class StoreMismatch(DelayqError, RuntimeError):
 
 
 class OutcomeUnknown(DelayqError, RuntimeError):
-    """The connection to MySQL broke while it was committing: the jobs may or may not be
-    scheduled. `job_ids` names them; scheduling them again with the same job_id is safe
-    (one job per id), and get() tells which exist."""
+    """The call may or may not have taken effect: the connection to MySQL broke while it
+    was committing, or a cancel or reschedule was done in Redis and not recorded in
+    MySQL (docs/client.md says where such a job stands). `job_ids` names the jobs;
+    calling again with the same job_id is safe (one job per id), and get() tells where
+    each stands."""
 
     def __init__(self, message: str, job_ids: list[str] | None = None) -> None:
         super().__init__(message)
@@ -162,6 +166,18 @@ class Fenced(DelayqError, RuntimeError):
     def __init__(self, slot: int, detail: str = "") -> None:
         super().__init__(f"slot {slot} is fenced: {detail}")
         self.slot = slot
+
+
+class RedisRestarted(DelayqError, RuntimeError):
+    """A slot's claim was refused: its Redis server is not the one the slot's watermark
+    names (it restarted, or a replica took over), so it may lack its last writes (a
+    cancel, a reschedule). Nothing was claimed; claims go on once the slot's owner has
+    re-applied MySQL's changes since the watermark (actors/rollback.py)."""
+
+    def __init__(self, slot: int, detail: str = "") -> None:
+        super().__init__(f"slot {slot}: Redis restarted or failed over (run_id {detail})")
+        self.slot = slot
+        self.run_id = detail
 
 
 class SlotFailed(DelayqError):

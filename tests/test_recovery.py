@@ -9,6 +9,7 @@ from actors.reconciler import reconcile
 from cluster import DelayClient, Job, JobStatus
 from cluster.connections.redis_conn import RedisClient
 from cluster.model.keys import slot_of
+from cluster.scripts.facade import NewJob
 from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
 
@@ -91,3 +92,49 @@ async def test_node_recovers_from_flushall(
     assert sorted(fired) == sorted([early, *later])  # none lost, none resurrected
     assert node.stats()["readded"] >= 200
     await asyncio.sleep(0)
+
+
+async def test_a_node_taking_slots_of_a_redis_that_came_back_older_corrects_them_first(
+    settings: Settings, client: DelayClient, redis: RedisClient, topic: str, collector: Collector
+) -> None:
+    """A node starts on a Redis whose slots were last known complete on another server
+    (a restore from an older file while no node watched): before firing from a slot it
+    re-applies MySQL's changes since that slot's watermark, so jobs cancelled since do
+    not fire (actors/rollback.py)."""
+    node = Node(settings)
+    await node.start()
+    try:
+        jobs = await client.schedule_many([Job(topic, i, delay=4.0) for i in range(20)])
+        await asyncio.sleep(1.5)  # every slot's watermark written on this server
+        marks = {
+            slot: await redis.get(client.keys.slot(slot).watermark)
+            for slot in range(settings.slots)
+        }
+    finally:
+        await node.stop()
+    cancelled = jobs[:10]
+    for job_id in cancelled:
+        assert await client.cancel(job_id)
+    # What a server restored from before those cancels holds: the jobs, no tombstones,
+    # and watermarks naming the server before.
+    for job_id in cancelled:
+        keys = client.keys.slot(slot_of(job_id, settings.slots))
+        await redis.zrem(keys.tomb, job_id)
+        row = await client.get(job_id)
+        assert row is not None
+        await client.scripts.add(slot_of(job_id, settings.slots), [NewJob.from_record(row)])
+    for slot, mark in marks.items():
+        if mark is not None:
+            _, _, ms = mark.partition(b"|")
+            await redis.set(client.keys.slot(slot).watermark, b"0123456789abcdef|" + ms)
+    node = Node(settings)
+    await node.start()
+    try:
+        records = await collector.until(10, timeout_s=30)
+        await collector.quiet_for(2.0)
+    finally:
+        await node.stop()
+    fired = {str(r["job_id"]) for r in collector.records}
+    assert fired == set(jobs[10:])
+    assert not fired & set(cancelled)
+    assert len(records) >= 10

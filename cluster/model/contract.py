@@ -77,6 +77,9 @@ class ErrorCode(StrEnum):
     turns each into its Python exception (script_error)."""
 
     FENCED = "FENCED"  # the caller's ownership epoch of the slot is stale (includes/fence.lua)
+    # The Redis server is not one the caller trusts: it restarted or a replica took over
+    # since, and may have come back without its last writes (includes/incarnation.lua).
+    RESTARTED = "RESTARTED"
 
 
 FENCED = ErrorCode.FENCED

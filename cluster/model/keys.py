@@ -23,6 +23,11 @@ Per slot:
                   reschedule and add check it
   owner     string the slot's current ownership epoch (fencing token; lua/take.lua):
                   a script called with another answers ErrorCode.FENCED
+  watermark string "<run_id>|<ms>": the Redis server the slot is known complete on and
+                  the Redis time up to which it held every write of the slot, refreshed
+                  every second by the owner (lua/watermark.lua); claims refuse a slot
+                  whose watermark names another server until MySQL's changes since
+                  then are re-applied (actors/rollback.py)
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ SLOT_KEY_NAMES = (
     "acked",
     "owner",
     "expired",
+    "watermark",
 )
 
 
@@ -75,6 +81,12 @@ class SlotKeys:
     acked: str
     owner: str
     expired: str
+    watermark: str  # "<run_id>|<ms>": the server the slot is known complete on, and when
+
+    def for_claim(self) -> list[str]:
+        """KEYS of lua/claim.lua."""
+        claimed = (self.owner, self.ready, self.inflight, self.jobs, self.attempts)
+        return [*claimed, self.expired, self.done, self.watermark]
 
 
 class KeySpace:

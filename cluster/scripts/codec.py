@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cluster.model.contract import ChangeCode
+from cluster.model.contract import NO_TIME, ChangeCode
 from cluster.model.envelope import attempts_field
 
 if TYPE_CHECKING:
@@ -69,10 +69,24 @@ class CancelStep:
     code: ChangeCode
     tomb_ms: int  # the tombstone's score; NO_TIME when none was set
     replaced_ms: int  # the unexpired score it replaced; NO_TIME when none
+    now_ms: int = NO_TIME  # Redis TIME of the step
+    # What a CHANGED step removed, for lua/uncancel.lua: the envelope, its delay score
+    # (NO_TIME: it was in the ready list) and its attempts.
+    envelope: bytes = b""
+    score: int = NO_TIME
+    attempts: int = 0
 
 
 def cancel_step(reply: list[Any]) -> CancelStep:
-    return CancelStep(ChangeCode(reply[0]), int(reply[1]), int(reply[2]))
+    return CancelStep(
+        ChangeCode(reply[0]),
+        int(reply[1]),
+        int(reply[2]),
+        int(reply[3]),
+        bytes(reply[4]),
+        int(reply[5]),
+        int(reply[6]),
+    )
 
 
 def move_result(reply: list[Any]) -> MoveResult:
@@ -86,13 +100,15 @@ def retry_result(reply: list[Any]) -> RetryResult:
 
 @dataclass(slots=True)
 class ClaimResult:
-    """The claim script's reply: Redis now, the jobs claimed, and how many expired."""
+    """The claim script's reply: Redis now, the jobs claimed, how many expired, and how
+    many of the jobs were a lost claim's, handed out again."""
 
     now_ms: int
     jobs: list[Claimed]
     expired: int
+    reclaimed: int = 0
 
 
 def claimed_of(reply: list[Any]) -> ClaimResult:
-    jobs = [Claimed(reply[i], reply[i + 1], int(reply[i + 2])) for i in range(2, len(reply), 3)]
-    return ClaimResult(int(reply[0]), jobs, int(reply[1]))
+    jobs = [Claimed(reply[i], reply[i + 1], int(reply[i + 2])) for i in range(3, len(reply), 3)]
+    return ClaimResult(int(reply[0]), jobs, int(reply[1]), int(reply[2]))

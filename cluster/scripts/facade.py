@@ -8,6 +8,7 @@ cluster/scripts/runner.py.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from cluster.connections.redis_conn import RedisClient
@@ -86,6 +87,8 @@ class Scripts(ScriptRunner):
         self.keys = keys
         # Every add stores a job due further ahead than this lean (lua/add.lua); 0: never.
         self.payload_lead_ms = payload_lead_ms
+        # A node's claims refuse a slot its owner has not verified on this Redis server.
+        self.check_verified = False
 
     async def add(self, slot: int, jobs: list[NewJob]) -> tuple[bool, list[AddCode]]:
         """Add jobs of one slot; returns (woke the owner, an AddCode per job)."""
@@ -145,19 +148,21 @@ class Scripts(ScriptRunner):
         return per_slot(await self._call_many("move", calls), move_result)
 
     def _claim_calls(
-        self, slot_epochs: list[tuple[int, int]], count: int, timeout_ms: int
+        self,
+        slot_epochs: list[tuple[int, int]],
+        count: int,
+        timeout_ms: int,
+        after: Mapping[int, int] | None = None,
     ) -> list[Call]:
-        calls: list[Call] = []
-        for slot, epoch in slot_epochs:
-            k = self.keys.slot(slot)
-            calls.append(
-                (
-                    slot,
-                    [k.owner, k.ready, k.inflight, k.jobs, k.attempts, k.expired, k.done],
-                    [epoch, count, timeout_ms],
-                )
+        check = "1" if self.check_verified else ""
+        return [
+            (
+                slot,
+                self.keys.slot(slot).for_claim(),
+                [epoch, count, timeout_ms, check, "" if after is None else after.get(slot, "")],
             )
-        return calls
+            for slot, epoch in slot_epochs
+        ]
 
     async def claim(self, slot: int, epoch: int, count: int, timeout_ms: int) -> ClaimResult:
         """Claim up to count ready jobs; returns Redis now, the jobs claimed, and how many
@@ -171,12 +176,14 @@ class Scripts(ScriptRunner):
         count: int,
         timeout_ms: int,
         durable: bool = False,
+        after: Mapping[int, int] | None = None,
     ) -> list[ClaimResult | SlotFailed | None]:
         """claim for several (slot, epoch) in one round trip; None where fenced,
         SlotFailed where the run failed. durable (with wait_replicas): raise
         ReplicationUnconfirmed unless replicas confirmed the claims, so that a failover
-        cannot hand the same jobs out again."""
-        calls = self._claim_calls(slot_epochs, count, timeout_ms)
+        cannot hand the same jobs out again. after: per slot, the deadline above which
+        in-flight jobs are a lost claim's, handed out again (lua/claim.lua)."""
+        calls = self._claim_calls(slot_epochs, count, timeout_ms, after)
         if durable and self.wait_replicas:
             replies, confirmed = await self._pipelined_durable("claim", calls)
             if confirmed < self.wait_replicas:
@@ -361,8 +368,8 @@ class Scripts(ScriptRunner):
         }
 
     async def take(self, slot: int, epoch: int) -> bool:
-        """Make epoch the slot's current one; False (TakeCode.STALE) if a newer epoch is
-        already there."""
+        """Make epoch the slot's current one; False (TakeCode.STALE) if this epoch or a
+        newer one is already there (an epoch is issued once: lua/take.lua)."""
         try:
             code = await self._call_durable("take", slot, [self.keys.slot(slot).owner], [epoch])
         except ReplicationUnconfirmed as exc:

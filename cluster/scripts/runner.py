@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AskError,
@@ -33,10 +33,25 @@ from redis.exceptions import (
 from redis.exceptions import (
     ConnectionError as RedisConnectionError,
 )
+from redis.exceptions import (
+    TimeoutError as RedisTimeoutError,
+)
 
 from cluster.connections.redis_conn import CLUSTER_MAX_CONNECTIONS, POOL_WAIT_S, RedisClient
-from cluster.errors import Fenced, ReplicationUnconfirmed, SlotFailed, SlotsFailed
+from cluster.errors import (
+    Fenced,
+    RedisRestarted,
+    SlotFailed,
+    SlotsFailed,
+)
 from cluster.model.contract import ErrorCode
+from cluster.scripts.wait_fallback import (
+    MYSQL_CONFIRMED,
+    FallbackNotes,
+    replicas_attached,
+    replicas_of,
+    unconfirmed,
+)
 
 T = TypeVar("T")
 
@@ -61,6 +76,10 @@ SCRIPT_NAMES = (
     "untomb",
     "fill",
     "release",
+    "uncancel",
+    "restore",
+    "correct",
+    "watermark",
 )
 
 
@@ -83,7 +102,10 @@ def load_source(name: str) -> str:
 
 # Each error code a script may answer with, and the exception it becomes (built from
 # the slot and the rest of the error message).
-_ERRORS: dict[str, Callable[[int, str], Exception]] = {ErrorCode.FENCED: Fenced}
+_ERRORS: dict[str, Callable[[int, str], Exception]] = {
+    ErrorCode.FENCED: Fenced,
+    ErrorCode.RESTARTED: RedisRestarted,
+}
 
 
 def script_error(error: ResponseError, slot: int) -> Exception:
@@ -177,7 +199,9 @@ class ScriptRunner:
 
     With wait_replicas > 0 the durable runs (call_durable, pipelined_durable) are
     followed by WAIT on the same connection: they return once that many replicas
-    have the write, or raise ReplicationUnconfirmed after wait_timeout_ms."""
+    have the write, or raise ReplicationUnconfirmed after wait_timeout_ms. With
+    wait_fallback "mysql", a cancel or reschedule on a master with no replica attached
+    at all returns instead: MySQL's record of it confirms it (docs/cluster.md)."""
 
     def __init__(
         self,
@@ -190,6 +214,8 @@ class ScriptRunner:
         self._room = asyncio.Semaphore(CLUSTER_CALLS) if isinstance(redis, RedisCluster) else None
         self.wait_replicas = wait_replicas
         self.wait_timeout_ms = wait_timeout_ms
+        self.wait_fallback = "raise"  # Settings.redis_wait_fallback
+        self.fallback_notes = FallbackNotes()
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(load_source(name)) for name in SCRIPT_NAMES
         }
@@ -206,22 +232,40 @@ class ScriptRunner:
                 raise script_error(exc, slot) from None
         script = self._scripts[name]
         last: Exception | None = None
+        fallback = self.wait_fallback == "mysql" and name in MYSQL_CONFIRMED
         for attempt in range(4):
             # execute_command, not pipe.evalsha: redis-py's cluster pipeline blocks the
             # method but sends the command like any other keyed one.
             evalsha = ("EVALSHA", script.sha, len(keys), *keys, *args)
-            wait = ("WAIT", self.wait_replicas, self.wait_timeout_ms)
             with driver_errors():
-                if isinstance(self.redis, RedisCluster):
-                    cluster_pipe = self.redis.pipeline(transaction=False)
-                    cluster_pipe.execute_command(*evalsha)
-                    node = _node_of(self.redis, keys[0])
-                    cluster_pipe.execute_command(*wait, target_nodes=node)
-                    # No redirection behind our back: a script re-sent on another connection
-                    # would leave the WAIT counting nothing.
-                    reply, replicas = await cluster_pipe.execute(
-                        raise_on_error=False, allow_redirections=False
-                    )
+                node = (
+                    _node_of(self.redis, keys[0]) if isinstance(self.redis, RedisCluster) else None
+                )
+            where = "" if node is None else node.name
+            # On a master last seen without a replica, INFO says whether one attached
+            # since; the WAIT would only wait out its timeout.
+            probe = fallback and where in self.fallback_notes.replicaless
+            wait = (
+                ("INFO", "replication")
+                if probe
+                else ("WAIT", self.wait_replicas, self.wait_timeout_ms)
+            )
+            with driver_errors():
+                if node is not None:
+                    # Both on one connection of that node, sent once: redis-py's cluster
+                    # pipeline sends again what a lost connection did not answer, the
+                    # script to the slot's new master but the WAIT to any node, where a
+                    # connection without writes counts as confirmed at once.
+                    sent = [PipelineCommand(0, *evalsha), PipelineCommand(1, *wait)]
+                    try:
+                        await node.execute_pipeline(sent)
+                    except (RedisConnectionError, RedisTimeoutError) as exc:
+                        last = exc  # the node is gone: learn the new slot map, try again
+                        with contextlib.suppress(Exception):
+                            await self.redis.exists(keys[0])
+                        await asyncio.sleep(0.05 * attempt)
+                        continue
+                    reply, replicas = sent[0].result, sent[1].result
                 else:
                     pipe = self.redis.pipeline(transaction=False)
                     pipe.execute_command(*evalsha)
@@ -241,10 +285,18 @@ class ScriptRunner:
                 raise script_error(reply, slot)
             if isinstance(reply, Exception):
                 raise reply
-            confirmed = replicas if isinstance(replicas, int) else 0
-            if confirmed < self.wait_replicas:
-                raise ReplicationUnconfirmed.of_write(reply, confirmed, self.wait_replicas)
-            return reply
+            if probe:
+                attached, confirmed = replicas_attached(replicas), 0
+            else:
+                confirmed = replicas if isinstance(replicas, int) else 0
+                if confirmed >= self.wait_replicas:
+                    return reply
+                attached = await replicas_of(self.redis, node)
+            if attached == 0 and fallback:
+                self.fallback_notes.confirmed(where)
+                return reply
+            self.fallback_notes.replicaless.discard(where)
+            raise unconfirmed(reply, confirmed, self.wait_replicas, attached, where)
         assert last is not None
         raise last
 
@@ -261,6 +313,10 @@ class ScriptRunner:
                 return await self._scripts[name](keys=keys, args=args)
             finally:
                 self._room.release()
+
+    async def call_many(self, name: str, calls: list[Call]) -> list[Any]:
+        """_call_many, for the scripts run outside the facade (cluster/scripts/recovery.py)."""
+        return await self._call_many(name, calls)
 
     async def _call_many(self, name: str, calls: list[Call]) -> list[Any]:
         """Run one script several times (e.g. for several slots) in one pipelined round
@@ -314,17 +370,7 @@ class ScriptRunner:
         for attempt in range(2):
             try:
                 if isinstance(self.redis, RedisCluster):
-                    cluster_pipe = self.redis.pipeline(transaction=False)
-                    nodes = {}
-                    for _, keys, args in calls:
-                        cluster_pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-                        node = _node_of(self.redis, keys[0])
-                        nodes[node.name] = node
-                    for node in nodes.values():
-                        cluster_pipe.execute_command(*wait, target_nodes=node)
-                    replies = await cluster_pipe.execute(
-                        raise_on_error=False, allow_redirections=False
-                    )
+                    replies = await self._on_nodes(self.redis, script.sha, calls, wait)
                 else:
                     pipe = self.redis.pipeline(transaction=False)
                     for _, keys, args in calls:
@@ -343,3 +389,44 @@ class ScriptRunner:
                 for (slot, _, _), reply in zip(calls, runs, strict=True)
             ], confirmed
         raise AssertionError("unreachable")
+
+    async def _on_nodes(
+        self, redis: RedisCluster, sha: str, calls: list[Call], wait: tuple[Any, ...]
+    ) -> list[Any]:
+        """The replies of `calls` (EVALSHA of `sha`), then of a `wait` on each node that
+        ran some. Each node's share goes on one of its connections, sent once, never
+        again by redis-py (see _call_durable); a node that cannot be reached gets its
+        error in place of its replies, and the client learns the new slot map."""
+        by_node: dict[str, tuple[ClusterNode, list[int]]] = {}
+        with driver_errors():
+            for index, (_, keys, _) in enumerate(calls):
+                node = _node_of(redis, keys[0])
+                by_node.setdefault(node.name, (node, []))[1].append(index)
+
+        async def send(node: ClusterNode, indexes: list[int]) -> list[PipelineCommand]:
+            sent = [
+                PipelineCommand(i, "EVALSHA", sha, len(calls[i][1]), *calls[i][1], *calls[i][2])
+                for i in indexes
+            ]
+            sent.append(PipelineCommand(-1, *wait))
+            try:
+                with driver_errors():
+                    await node.execute_pipeline(sent)
+            except Exception as exc:
+                for command in sent:
+                    command.result = exc
+            return sent
+
+        runs: list[Any] = [None] * len(calls)
+        waits: list[Any] = []
+        for sent in await asyncio.gather(*(send(n, ix) for n, ix in by_node.values())):
+            for command in sent[:-1]:
+                runs[command.position] = command.result
+            waits.append(sent[-1].result)
+        lost = (RedisConnectionError, RedisTimeoutError, *_REDIRECTED)
+        for (_, keys, _), reply in zip(calls, runs, strict=True):
+            if isinstance(reply, lost):
+                with contextlib.suppress(Exception):  # a keyed call learns the new slot map
+                    await redis.exists(keys[0])
+                break
+        return runs + waits

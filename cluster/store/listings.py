@@ -1,11 +1,13 @@
-"""Listings of the job tables: the expired jobs over every shard, one job's history, and
-the outbox's oldest rows. Each reads, through `pool`, the tables MySQLStore
-(cluster/store/mysql_store.py) names for it; MySQLStore's methods of the same names call
-these.
+"""Listings of the job tables: the expired jobs over every shard, one job's history, the
+outbox's oldest rows, and the jobs changed since a moment (after Redis lost writes).
+Each reads, through `pool`, the tables MySQLStore (cluster/store/mysql_store.py) names
+for it; MySQLStore's methods of the same names call these, and actors/rollback.py calls
+changed_page itself.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +15,7 @@ import aiomysql
 
 from cluster.model.contract import JobStatus
 from cluster.store.rows import JOB_COLUMNS, JobRecord, record_of_row
+from cluster.store.sql import datetime_to_ms
 
 Shard = tuple[int, int]
 
@@ -92,3 +95,32 @@ async def outbox_pages(
     for page in found.values():
         page.sort()  # the order of a UNION's rows is not guaranteed
     return found
+
+
+async def changed_page(
+    pool: aiomysql.Pool,
+    job_table: str,
+    status: JobStatus,
+    after: tuple[dt.datetime, str],
+    slots: Sequence[int],
+    limit: int,
+    updated_only: bool = False,
+) -> list[tuple[dt.datetime, str, int, int]]:
+    """(gmt_modified, job_id, slot, due ms) of one shard's jobs in `status` and `slots`
+    last changed at or after the cursor `after` (gmt_modified, job_id), in that order;
+    updated_only: only rows changed after their insert (an insert stamps gmt_create and
+    gmt_modified alike). Walks the (status, gmt_modified) index (migration 003)."""
+    slot_list = ",".join(str(int(slot)) for slot in slots) or "NULL"
+    created = " AND gmt_modified > gmt_create" if updated_only else ""
+    params: tuple[Any, ...] = (int(status), after[0], after[0], after[1])
+    async with pool.acquire() as conn, conn.cursor() as cur:
+        await cur.execute(
+            f"SELECT gmt_modified, job_id, slot, action_time FROM {job_table}"
+            " WHERE status = %s AND gmt_modified >= %s AND (gmt_modified > %s OR job_id > %s)"
+            f" AND slot IN ({slot_list}){created} ORDER BY gmt_modified, job_id LIMIT %s",
+            (*params, limit),
+        )
+        return [
+            (modified, job_id, int(slot), datetime_to_ms(due))
+            for modified, job_id, slot, due in await cur.fetchall()
+        ]

@@ -34,6 +34,7 @@ local REPLAY_NOT_DEAD = 0
 
 -- ErrorCode
 local ERROR_FENCED = 'FENCED'
+local ERROR_RESTARTED = 'RESTARTED'
 
 -- A due time reported when there is none.
 local NO_TIME = -1

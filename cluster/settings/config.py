@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import socket
 import tomllib
 from collections.abc import Mapping
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from cluster.errors import ConfigError
+from cluster.settings.security import redact_url as redact_url  # re-exported
+from cluster.settings.security import redact_value
 
 KAFKA_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -34,21 +35,14 @@ DELIVERY_MODES = ("at_least_once", "exactly_once")
 MIN_PAYLOAD_LEAD_MS = 1000
 # Settings whose whole value is a secret.
 SECRET_SETTINGS = frozenset({"kafka_sasl_password", "zk_auth", "web_tokens"})
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*):[^/\s]*@")
-
-
-def redact_url(text: str) -> str:
-    """text with the password of every URL in it replaced by ***
-    (redis://user:secret@host → redis://user:***@host)."""
-    return _URL_PASSWORD.sub(r"\g<head>:***@", text)
 
 
 def redact(name: str, value: object) -> object:
-    """A setting's value fit for logs and error messages."""
+    """A setting's value fit for logs and error messages (security.redact_value)."""
     if name in SECRET_SETTINGS and value:
         return "***"
     if isinstance(value, str):
-        return redact_url(value)
+        return redact_value(value)
     return value
 
 
@@ -100,6 +94,7 @@ class Settings:
     # How long such a write waits for its replicas before the caller is told
     # (ReplicationUnconfirmed from the client; a warning in a node).
     redis_wait_timeout_ms: int = 500
+    redis_wait_fallback: str = "raise"  # "mysql": see docs/cluster.md, no replica attached
 
     # Node: batching and pacing.
     move_batch: int = 1000
@@ -176,13 +171,14 @@ class Settings:
     # then readable and writable by that user only.
     zk_auth: str = ""
     # Comma-separated fnmatch patterns ("orders.*,reminders"): producers refuse, and
-    # nodes never publish to, a topic that matches none. Empty: any valid topic.
+    # nodes never publish to, a topic matching none (empty: any), nor __* or delayq's own.
     allowed_topics: str = ""
 
     # Operations (docs/operations.md).
     # The port of the node's /metrics, /healthz and /readyz; 0: none of them.
     metrics_port: int = 0
     metrics_host: str = "0.0.0.0"
+    metrics_max_topics: int = 100  # more topics' series: summed as topic="(other)"
     # How often a node samples its slots' depths and checks Redis, MySQL and Kafka.
     stats_interval_ms: int = 2000
     # An actor busy with one step for longer than this is stuck (/healthz answers 503).
@@ -204,11 +200,11 @@ class Settings:
     # "TOKEN=ROLE,TOKEN=ROLE": bearer tokens and their roles (producer, operator,
     # viewer). Empty: no authentication, which `delayq web` allows on loopback only.
     web_tokens: str = ""
-    # Both set: serve HTTPS with this certificate chain and key (PEM files).
-    web_tls_certfile: str = ""
+    web_tls_certfile: str = ""  # both set: HTTPS with this chain and key (PEM files)
     web_tls_keyfile: str = ""
-    # Larger request bodies are refused (413) before they are read.
-    web_body_max_bytes: int = 16 * 1024 * 1024
+    web_body_max_bytes: int = 16 * 1024 * 1024  # larger bodies: 413, never read
+    web_allowed_hosts: str = ""  # "a.example,b.example": more names for Host (http.md)
+    web_header_timeout_s: float = 10.0  # to send a request's headers, or be cut off
 
     # Kafka ingress (`delayq ingress`, docs/ingress.md): records of this topic are jobs
     # to schedule; empty: no ingress.
@@ -259,6 +255,7 @@ class Settings:
             "retention_batch",
             "web_body_max_bytes",
             "ingress_batch",
+            "metrics_max_topics",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -289,6 +286,8 @@ class Settings:
             raise ConfigError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
         if self.redis_wait_replicas < 0:
             raise ConfigError(f"redis_wait_replicas must be >= 0, got {self.redis_wait_replicas}")
+        if (fallback := self.redis_wait_fallback) not in ("raise", "mysql"):
+            raise ConfigError(f"redis_wait_fallback must be 'raise' or 'mysql', got {fallback!r}")
         if self.redis_wait_timeout_ms < 1:
             raise ConfigError(
                 f"redis_wait_timeout_ms must be >= 1, got {self.redis_wait_timeout_ms}"

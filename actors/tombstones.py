@@ -14,9 +14,10 @@ jobs are still waiting, and restores those:
 1. In one MySQL transaction (cluster/store/job_writes.py mark_restored) the waiting rows
    are locked and given restored_ms, a Redis TIME just after the cancel's Redis step
    (the tombstone's score minus its lifetime, plus 1 ms, and not before this node's
-   reading of the Redis clock, should a client use another marker_retention_ms). From the commit on, the
-   UPDATE of that cancel (or of any earlier one) changes nothing: a cancel applies only
-   to a row not restored since its own Redis step, and its caller tries again.
+   reading of the Redis clock, should a client use another marker_retention_ms). From
+   the commit on, the UPDATE of that cancel (or of any earlier one) changes nothing: a
+   cancel applies only to a row not restored since its own Redis step, and its caller
+   tries again.
 2. lua/restore.lua, fenced by the slot's epoch, takes each tombstone back only if it
    still has the score read (a cancel since then replaced it, and that cancel decides)
    and adds the job from its row when it is due within the Redis horizon (later ones

@@ -98,7 +98,9 @@ class Claims:
         self, held: list[tuple[int, int]], count: int, durable: bool
     ) -> list[tuple[int, int, Reply]]:
         """Claim from every (slot, epoch) of held in one round trip: (slot, epoch,
-        reply) for each."""
+        reply) for each, each slot once (a second claim of a slot in the same round trip
+        would take the first one's jobs for a lost claim's)."""
+        held = list({slot: (slot, epoch) for slot, epoch in held}.values())
         for slot, epoch in held:
             if self._epoch.get(slot, epoch) != epoch:
                 self.forget(slot)  # taken again since: what was seen is another epoch's

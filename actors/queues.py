@@ -60,7 +60,8 @@ async def batch_or_stop(queue: SlotQueue, stopping: asyncio.Event) -> list[int] 
     first = await next_or_stop(queue, stopping)
     if first is None:
         return None
-    return [first, *queue.get_waiting()]
+    # Once each: the first may have been put again between its get and this drain.
+    return list(dict.fromkeys([first, *queue.get_waiting()]))
 
 
 async def next_or_stop(queue: SlotQueue, stopping: asyncio.Event) -> int | None:

@@ -7,11 +7,12 @@ with nobody publishing them: without more, they would fire only when the
 retry-reaper finds their deadline passed (inflight_timeout_ms later), as attempt 2.
 
 A slot's claims run one at a time, each giving its jobs the deadline of its Redis
-TIME + the in-flight timeout. So every job of the slot in flight with a deadline
-later than that of the last claim whose reply arrived was taken by a claim whose
-reply was lost. Each claim names that deadline, and the script hands such jobs out
-again first, with the attempt the lost claim counted and a fresh deadline: the call
-stays fenced and safe to repeat, and costs one empty range read when nothing was lost.
+TIME + the in-flight timeout (at least 1 ms above the bound it was given, even within
+one millisecond). So every job of the slot in flight with a deadline later than that
+of the last claim whose reply arrived was taken by a claim whose reply was lost. Each
+claim names that deadline, and the script hands such jobs out again first, with the
+attempt the lost claim counted and a fresh deadline: the call stays fenced and safe to
+repeat, and costs one empty range read when nothing was lost.
 
 A round that failed after its claim ran (reading lean jobs' tails from MySQL, for
 one) goes back to the deadline from before it, so its jobs are handed out again too.
@@ -128,6 +129,8 @@ class Claims:
                 # Never lowered: a Redis clock behind the last one (a failover) must not
                 # make this round's jobs look like a lost claim's to the next one.
                 deadline = reply.now_ms + self.settings.inflight_timeout_ms
+                if slot in after:  # as claim.lua: above the bound, same millisecond or not
+                    deadline = max(deadline, after[slot] + 1)
                 self._deadline[slot] = max(self._deadline.get(slot, deadline), deadline)
             elif reply is None:
                 self.forget(slot)

@@ -14,7 +14,8 @@
 -- since) is stale and dropped silently. A job whose due_ms + expires_after_ms has passed
 -- by now (Redis TIME) is not claimed: it expires (journalled STATUS_EXPIRED, see expire
 -- in includes/common.lua) and is counted in `expired`, so a job claimed after its
--- expiry is never published. Every job returned gets the deadline now + ARGV[3].
+-- expiry is never published. Every job returned gets the deadline now + ARGV[3], or
+-- ARGV[5] + 1 if that is later.
 -- Error ERROR_FENCED when ARGV[1] is not the slot's current epoch; ERROR_RESTARTED
 -- (with ARGV[4]) when the slot's watermark names another server, or none
 -- (includes/incarnation.lua): nothing is claimed from a Redis that may have come back
@@ -33,6 +34,11 @@ local ready, inflight, jobs, attempts = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local K = {jobs = jobs, attempts = attempts, expired = KEYS[6], done = KEYS[7]}
 local now = now_ms()
 local deadline = now + tonumber(ARGV[3])
+if ARGV[5] and ARGV[5] ~= '' then
+  -- Above the last one seen even within the same millisecond, so that this claim's
+  -- jobs are told apart from that one's should this reply be lost too.
+  deadline = math.max(deadline, tonumber(ARGV[5]) + 1)
+end
 local result = {now, 0, 0}
 local zargs = {}
 

@@ -88,6 +88,10 @@ class SlotKeys:
         claimed = (self.owner, self.ready, self.inflight, self.jobs, self.attempts)
         return [*claimed, self.expired, self.done, self.watermark]
 
+    def for_reschedule(self) -> list[str]:
+        """KEYS of lua/reschedule.lua."""
+        return [self.delay, self.inflight, self.dead, self.jobs, self.seq, self.acked, self.expired]
+
 
 class KeySpace:
     """Builds key names for a key prefix; cheap to create, caches per-slot names."""

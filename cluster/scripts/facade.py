@@ -437,7 +437,7 @@ class Scripts(ScriptRunner):
     async def reschedule(self, slot: int, job_id: str, due_ms: int) -> tuple[ChangeCode, bool]:
         """A new due time for a job; returns (what happened, woke the owner)."""
         k = self.keys.slot(slot)
-        keys = [k.delay, k.inflight, k.dead, k.jobs, k.seq, k.acked, k.expired]
+        keys = k.for_reschedule()
         args = [self.keys.wake_channel, slot, job_id, due_ms]
         try:
             code, woke = await self._call_durable("reschedule", slot, keys, args)

@@ -100,7 +100,7 @@ async def move_due_times(scripts: Scripts, due: Mapping[int, list[tuple[str, int
     calls: list[Call] = []
     for slot, jobs in due.items():
         k = scripts.keys.slot(slot)
-        keys = [k.delay, k.inflight, k.dead, k.jobs, k.seq, k.acked, k.expired]
+        keys = k.for_reschedule()
         calls += [(slot, keys, [scripts.keys.wake_channel, slot, j, ms]) for j, ms in jobs]
     if not calls:
         return 0

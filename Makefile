@@ -61,8 +61,8 @@ SECURE_MODE ?= 1
 # `delayq services up`, which leaves running services alone). tests/unit runs once.
 test: lint
 	$(BIN)/pytest -q -p no:cacheprovider
-	DELAYQ_TEST_REDIS_CLUSTER=1 DELAYQ_TEST_REDIS_REPLICAS=1 $(BIN)/pytest -q -p no:cacheprovider \
-	  -m "not faults and not once" --ignore=tests/unit
+	DELAYQ_TEST_REDIS_CLUSTER=1 DELAYQ_TEST_REDIS_REPLICAS=1 DELAYQ_TEST_MYSQL_SERVERS=3 \
+	  $(BIN)/pytest -q -p no:cacheprovider -m "not faults and not once" --ignore=tests/unit
 	DELAYQ_TEST_SECURE=$(SECURE_MODE) $(BIN)/pytest -q -p no:cacheprovider -m "not faults" \
 	  $(SECURE_TESTS)
 

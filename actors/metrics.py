@@ -68,6 +68,8 @@ METRIC_NAMES = frozenset(
         "delayq_zk_connected",
         "delayq_actor_progress_age_seconds",
         "delayq_store_last_ok_seconds",
+        "delayq_mysql_server_last_ok_seconds",
+        "delayq_mysql_shards",
         "delayq_healthy",
         "delayq_ready",
         "delayq_node_info",
@@ -326,6 +328,7 @@ def _gauges(p: NodeParts, settings: Settings) -> Iterator[Metric]:
         if age is not None:
             stores.add_metric([store], age)
     yield stores
+    yield from _mysql_servers(p)
     yield _gauge("delayq_healthy", "1 when /healthz answers 200.", liveness(p, settings).ok)
     yield _gauge("delayq_ready", "1 when /readyz answers 200.", readiness(p, settings).ok)
     info = GaugeMetricFamily(
@@ -378,3 +381,24 @@ def _answer(verdict: Verdict, passing: str, failing: str) -> web.Response:
         status=200 if verdict.ok else 503,
         content_type="application/json",
     )
+
+
+def _mysql_servers(p: NodeParts) -> Iterator[GaugeMetricFamily]:
+    """Per MySQL server: when it last answered, and the logical shards it serves."""
+    ages = GaugeMetricFamily(
+        "delayq_mysql_server_last_ok_seconds",
+        "Seconds since the MySQL server last answered the node's check (absent: not yet).",
+        labels=["server"],
+    )
+    for server, age in p.sampler.mysql_server_ages_s().items():
+        ages.add_metric([server], age)
+    yield ages
+    shards = GaugeMetricFamily(
+        "delayq_mysql_shards",
+        "Logical shards (shard databases) the MySQL server serves, as the node last saw.",
+        labels=["server"],
+    )
+    homes = p.sampler.mysql.homes
+    for spec in p.sampler.mysql.servers:
+        shards.add_metric([spec.name], sum(1 for home in homes.values() if home == spec.index))
+    yield shards

@@ -45,6 +45,7 @@ from cluster.scripts.facade import Scripts
 from cluster.settings.config import Settings
 from cluster.store.mysql_store import MySQLStore
 from cluster.store.recurring_store import RecurringSchedule, RecurringStore
+from cluster.store.routing import SERVER_DOWN
 
 log = logging.getLogger(__name__)
 
@@ -86,13 +87,19 @@ class RecurringTicks(Actor):
             return False
         half = self.settings.recurring_lookahead_ms // 2
         full = False
+        down: list[BaseException] = []
         for shard in self.store.mysql.all_shards():
-            due = await self.store.due_page(shard, owned, now_ms() + half, PAGE)
-            full = full or len(due) == PAGE
-            for schedule in due:
-                if self.stopping:
-                    return False
-                await self.make(schedule)
+            try:
+                due = await self.store.due_page(shard, owned, now_ms() + half, PAGE)
+                full = full or len(due) == PAGE
+                for schedule in due:
+                    if self.stopping:
+                        return False
+                    await self.make(schedule)
+            except SERVER_DOWN as exc:
+                down.append(exc)  # the schedules of the other servers' shards go on
+        if down:
+            raise down[0]
         return full
 
     async def make(self, schedule: RecurringSchedule) -> bool:
@@ -114,7 +121,7 @@ class RecurringTicks(Actor):
             definition.missed,
         )
         try:
-            async with self.store.transaction() as (conn, cur):
+            async with self.store.transaction(schedule.name) as (conn, cur):
                 done = await self.store.make_ticks(
                     conn, cur, schedule, epoch, made.ticks, made.cursor
                 )

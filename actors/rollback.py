@@ -31,6 +31,7 @@ docs/guarantees.md#a-single-redis-that-comes-back-older.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
@@ -98,8 +99,17 @@ async def correct_slots(
             cursor = (since, "")
             # A waiting row never updated since its insert was not rescheduled: if Redis
             # lacks it, the full pass adds it.
-            while page := await listings.changed_page(
-                mysql.pool, table, status, cursor, slots, PAGE, updated_only=kind == "w"
+            while page := await mysql.router.run(
+                shard[0],
+                functools.partial(
+                    listings.changed_page,
+                    job_table=table,
+                    status=status,
+                    after=cursor,
+                    slots=slots,
+                    limit=PAGE,
+                    updated_only=kind == "w",
+                ),
             ):
                 cursor = (page[-1][0], page[-1][1])
                 result.examined += len(page)

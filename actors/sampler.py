@@ -2,7 +2,8 @@
 
 What it finds feeds the node's gauges (actors/metrics.py) and /readyz (actors/health.py):
 per-slot depth (delay, ready, in flight, dead), the outcome journal waiting for MySQL,
-how late the most overdue job already is, and when Redis, MySQL and Kafka last answered.
+how late the most overdue job already is, and when Redis, MySQL (each server) and Kafka
+last answered.
 It only reads; a store that does not answer is simply not marked as answering.
 """
 
@@ -49,6 +50,7 @@ class Sampler(Actor):
         self.depths: dict[int, SlotDepth] = {}
         # Store → time.monotonic() it last answered (absent: not since the start).
         self.last_ok: dict[str, float] = {}
+        self.mysql_last_ok: dict[int, float] = {}  # by server index
 
     async def body(self) -> None:
         while not self.stopping:
@@ -81,8 +83,29 @@ class Sampler(Actor):
         return True
 
     async def _ask_mysql(self) -> bool:
-        await self.mysql.server_now()
+        """Every MySQL server at once: True when all answered (each one's age goes to
+        delayq_mysql_server_last_ok_seconds)."""
+        answered = await asyncio.gather(
+            *(self._ask_server(spec.index) for spec in self.mysql.servers),
+            return_exceptions=True,
+        )
+        return all(result is True for result in answered)
+
+    async def _ask_server(self, index: int) -> bool:
+        pool = await self.mysql.server_pool(index)
+        async with pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute("SELECT 1")
+        self.mysql_last_ok[index] = time.monotonic()
         return True
+
+    def mysql_server_ages_s(self) -> dict[str, float]:
+        """Seconds since each MySQL server ("host:port") last answered (absent: not
+        since the start)."""
+        now = time.monotonic()
+        return {
+            self.mysql.servers[index].name: now - at
+            for index, at in sorted(self.mysql_last_ok.items())
+        }
 
     async def _ask_kafka(self) -> bool:
         # A metadata request to a broker: False when none answered.

@@ -108,20 +108,22 @@ class Tombstones(Actor):
         # Set GRACE_MS ago or earlier: scored (their expiry) at most now + lifetime - grace.
         after = {slot: self._cursor.get(slot) for slot in epochs}
         pages = await old_tombstones(self.scripts, after, now + lifetime - GRACE_MS, PAGE)
-        marks: dict[str, dict[str, int]] = defaultdict(dict)  # job table → job → mark
+        marks: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)  # shard → job → mark
         found: dict[str, tuple[int, int]] = {}  # job → (slot, tombstone score)
         for slot, page in pages.items():
             for job_id, score in page:
                 if self._judged.get((slot, job_id)) != score:
-                    table, _ = self.mysql.tables_of(job_id)
+                    shard = self.mysql.shard_of(job_id)
                     # Just after the cancel's Redis TIME: that cancel's UPDATE, and any
                     # earlier one's, changes nothing from now on. Never before the Redis
                     # time now, should the cancel's caller use a shorter lifetime.
-                    marks[table][job_id] = max(score - lifetime + 1, now + 1)
+                    marks[shard][job_id] = max(score - lifetime + 1, now + 1)
                     found[job_id] = (slot, score)
         restores: dict[int, list[Restore]] = defaultdict(list)
-        for table, table_marks in marks.items():
-            rows = await job_writes.mark_restored(self.mysql.pool, table, table_marks)
+        for shard, table_marks in marks.items():
+            pool = await self.mysql.pool_for(shard[0])
+            table, _ = self.mysql.shard_tables(shard)
+            rows = await job_writes.mark_restored(pool, table, table_marks)
             for row in rows:
                 slot, score = found[row.job_id]
                 add = row.due_ms < now + self.settings.redis_horizon_ms

@@ -183,13 +183,15 @@ async def bench_cluster(
     metrics_ports: list[int] | None = None,
     delivery: str | None = None,
     logs: dict[str, Any] | None = None,
+    base: Settings | None = None,
 ) -> AsyncIterator[Settings]:
     """A cluster of its own (key prefix, MySQL database) with `nodes` node processes
     (serving /metrics on metrics_ports, one each, if given; with `delivery`, if given,
     else the environment's); on the way out the nodes are stopped, the database dropped,
-    the keys deleted, and what the nodes logged meanwhile is summed up into `logs`."""
+    the keys deleted, and what the nodes logged meanwhile is summed up into `logs`.
+    `base` (default: the environment's settings) gives the rest, e.g. the MySQL servers."""
     prefix = f"bench{uuid.uuid4().hex[:6]}"
-    base = Settings.from_env().replace(key_prefix=prefix)
+    base = (base or Settings.from_env()).replace(key_prefix=prefix)
     if delivery is not None:
         base = base.replace(delivery=delivery)
     settings = await create_cluster_database(base, f"delayq_{prefix}")

@@ -16,6 +16,7 @@ docs/client.md lists when each is raised and what to do about it.
     ├── OutcomeUnknown                    may or may not have happened: .job_ids
     │   ├── CommitUnknown                 the MySQL commit's answer was lost
     │   ├── RedisStepFailed               committed in MySQL, not yet in Redis
+    │   ├── ScheduleIncomplete            a batch over several servers: some failed
     │   └── ReplicationUnconfirmed        done on the master, replicas did not confirm
     ├── SchemaError                       the database's schema is not this version's
     ├── Fenced                            a script refused a stale ownership epoch
@@ -42,6 +43,7 @@ __all__ = [
     "RedisRestarted",
     "RedisStepFailed",
     "ReplicationUnconfirmed",
+    "ScheduleIncomplete",
     "SchemaError",
     "SlotFailed",
     "SlotsFailed",
@@ -108,6 +110,23 @@ class OutcomeUnknown(DelayqError, RuntimeError):
 class CommitUnknown(OutcomeUnknown):
     """The store's own form of OutcomeUnknown: the connection was lost while MySQL was
     committing. The client re-raises it as OutcomeUnknown naming the batch's jobs."""
+
+
+class ScheduleIncomplete(OutcomeUnknown):
+    """A schedule_many() whose jobs live on several MySQL servers, where some servers
+    committed and some did not (each server commits its own part: docs/guarantees.md).
+    Every job of the batch is in exactly one list: `scheduled` (committed and will
+    fire), `not_scheduled` (nothing written) and `unknown` (that server's commit answer
+    was lost). `job_ids` is not_scheduled + unknown: calling schedule_many() again with
+    them, or with the whole batch, is safe (one job per id)."""
+
+    def __init__(
+        self, message: str, scheduled: list[str], not_scheduled: list[str], unknown: list[str]
+    ) -> None:
+        super().__init__(message, not_scheduled + unknown)
+        self.scheduled = scheduled
+        self.not_scheduled = not_scheduled
+        self.unknown = unknown
 
 
 class RedisStepFailed(OutcomeUnknown):

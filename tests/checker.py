@@ -22,6 +22,7 @@ from cluster import DelayClient, JobStatus, StoreUnavailable
 from cluster.connections.redis_conn import RedisClient
 from cluster.model.contract import SEQ_DIGITS, member_id, member_seq
 from cluster.model.envelope import record_of
+from tests.mysql_tools import on_shard
 
 
 @dataclass
@@ -181,10 +182,10 @@ async def invariant_violations(
 
 async def _all_rows(client: DelayClient) -> dict[str, JobStatus]:
     rows: dict[str, JobStatus] = {}
-    async with client.mysql.pool.acquire() as conn, conn.cursor() as cur:
-        for shard in client.mysql.all_shards():
-            table, _ = client.mysql.shard_tables(shard)
-            await cur.execute(f"SELECT job_id, status FROM {table}")
-            for job_id, status in await cur.fetchall():
-                rows[job_id] = JobStatus(status)
+    for shard in client.mysql.all_shards():
+        table, _ = client.mysql.shard_tables(shard)
+        for job_id, status in await on_shard(
+            client.mysql, shard, f"SELECT job_id, status FROM {table}"
+        ):
+            rows[job_id] = JobStatus(status)
     return rows

@@ -6,8 +6,10 @@ instead of starting the local stack, and DELAYQ_TEST_REDIS_CLUSTER=1 to run the 
 against the local three-master Redis Cluster instead of the single Redis;
 DELAYQ_TEST_REDIS_REPLICAS=1 gives that cluster a replica per master, makes clients and
 nodes wait for it (redis_wait_replicas=1) and enables the failover scenarios.
-DELAYQ_TEST_SECURE=1 runs it against the secure local stack (`delayq services up --secure`:
-TLS and passwords everywhere; docs/security.md); the ``redis`` fixture then logs in as the
+DELAYQ_TEST_MYSQL_SERVERS=3 puts each test's shards on three MariaDB servers
+(`delayq services up --mysql-servers 3`, mysql_databases 3). DELAYQ_TEST_SECURE=1 runs
+it against the secure local stack (`delayq services up --secure`: TLS and passwords
+everywhere; docs/security.md); the ``redis`` fixture then logs in as the
 stack's Redis admin, since tests use KEYS, CONFIG SET and FLUSHALL, which the delayq user
 may not. DELAYQ_TEST_SECURE=stores takes only Redis and MySQL from the secure stack, and
 Kafka and ZooKeeper from the plain one.
@@ -43,6 +45,7 @@ from cluster.settings.config import Settings
 
 TOPIC_PARTITIONS = 3
 SECURE_MODE = os.environ.get("DELAYQ_TEST_SECURE", "")
+MYSQL_SERVERS = int(os.environ.get("DELAYQ_TEST_MYSQL_SERVERS", "1"))
 SECURE_RUN = SECURE_MODE in ("1", "stores")
 # What DELAYQ_TEST_SECURE=stores takes from the plain stack, and drops from the secure one.
 _PLAIN_PARTS = ("DELAYQ_KAFKA_BOOTSTRAP", "DELAYQ_ZK_HOSTS")
@@ -107,6 +110,10 @@ def stack_env() -> Iterator[dict[str, str]]:
         os.environ["DELAYQ_SERVICES_REDIS_CLUSTER"] = "1"
         os.environ["DELAYQ_SERVICES_REDIS_REPLICAS"] = "1"
         os.environ["DELAYQ_REDIS_WAIT_REPLICAS"] = "1"
+    if MYSQL_SERVERS > 1:
+        # Several MariaDB servers, one logical shard (database) on each to start with.
+        os.environ["DELAYQ_SERVICES_MYSQL_SERVERS"] = str(MYSQL_SERVERS)
+        os.environ.setdefault("DELAYQ_MYSQL_DATABASES", str(MYSQL_SERVERS))
     stack.up(secure=SECURE_RUN)
     env = stack.stack_env(secure=SECURE_RUN)
     if SECURE_MODE == "stores":

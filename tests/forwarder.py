@@ -20,7 +20,9 @@ class Forwarder:
         self._writers: set[asyncio.StreamWriter] = set()
 
     async def open(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.listen_port)
+        """Listen (again); nothing when listening already."""
+        if self._server is None:
+            self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.listen_port)
 
     async def cut(self) -> None:
         """Stop listening and drop every connection through it."""

@@ -15,6 +15,7 @@ from cluster import DelayClient
 from cluster.cli.main import main
 from cluster.scripts.facade import Scripts
 from cluster.settings.config import Settings
+from tests.mysql_tools import on_job
 from tests.test_dead_letters import make_dead
 
 
@@ -23,6 +24,7 @@ def cli_env(settings: Settings) -> dict[str, str]:
         **os.environ,
         "DELAYQ_KEY_PREFIX": settings.key_prefix,
         "DELAYQ_MYSQL_URL": settings.mysql_url,
+        "DELAYQ_MYSQL_SERVERS": settings.mysql_servers,
     }
 
 
@@ -129,12 +131,12 @@ async def test_untrusted_text_is_printed_escaped(
     holding terminal controls and a bidi override is shown escaped."""
     [job_id] = await make_dead(client, scripts, topic, 1)
     hostile = "\x1b]0;owned\x07 \x9b31m \u202eevil"
-    table, _ = client.mysql.tables_of(job_id)
-    async with client.mysql.pool.acquire() as conn, conn.cursor() as cur:
-        await cur.execute(
-            f"UPDATE {table} SET last_error = %s, biz_type = %s WHERE job_id = %s",
-            (hostile, hostile[:20], job_id),
-        )
+    await on_job(
+        client.mysql,
+        job_id,
+        "UPDATE {jobs} SET last_error = %s, biz_type = %s WHERE job_id = %s",
+        (hostile, hostile[:20], job_id),
+    )
     outputs = [
         await cli(settings, "dead", "list"),
         await cli(settings, "dead", "show", job_id),

@@ -20,7 +20,7 @@ from cluster import (
     RescheduleResult,
 )
 from cluster.connections.redis_conn import RedisClient
-from cluster.errors import SchemaError
+from cluster.errors import ScheduleIncomplete, SchemaError
 from cluster.model.contract import AddCode, member_id
 from cluster.model.jobs import now_ms, validate_job
 from cluster.model.keys import slot_of
@@ -28,6 +28,7 @@ from cluster.scripts.facade import NewJob
 from cluster.settings.config import Settings
 from cluster.store import sql
 from cluster.store.rows import Outcome
+from tests.mysql_tools import count_rows, on_shard
 
 
 def new_id() -> str:
@@ -266,11 +267,7 @@ async def test_bad_input_matrix_changes_nothing(
     with pytest.raises(InvalidJob, match=message):
         await call(client)
     assert await redis.keys(f"{{{client.settings.key_prefix}:*") == []
-    async with client.mysql.pool.acquire() as conn, conn.cursor() as cur:
-        for shard in client.mysql.all_shards():
-            table, _ = client.mysql.shard_tables(shard)
-            await cur.execute(f"SELECT COUNT(*) FROM {table}")
-            assert (await cur.fetchone())[0] == 0
+    assert await count_rows(client.mysql) == 0
 
 
 async def test_hostile_text_is_stored_verbatim(client: DelayClient) -> None:
@@ -292,19 +289,30 @@ async def test_schedule_many_over_several_statements_is_all_or_nothing(
     transaction: when the statement of one shard fails, no shard keeps its rows."""
     jobs = [Job("t", i, delay=60, job_id=new_id()) for i in range(5000)]
     ids = [str(job.job_id) for job in jobs]
-    # The shard whose statement runs last, so that others ran before it failed.
-    last_shard = list(dict.fromkeys(client.mysql.tables_of(job_id)[0] for job_id in ids))[-1]
-    broken = last_shard
-    async with client.mysql.pool.acquire() as conn, conn.cursor() as cur:
-        await cur.execute(f"RENAME TABLE {broken} TO {broken[:-1]}_away`")
+    # The shard whose statement runs last, so that others ran before it failed; with
+    # several servers, only those of its server (the others commit on their own).
+    last = list(dict.fromkeys(client.mysql.shard_of(job_id) for job_id in ids))[-1]
+    broken, _ = client.mysql.shard_tables(last)
+    await on_shard(client.mysql, last, f"RENAME TABLE {broken} TO {broken[:-1]}_away`")
     try:
-        with pytest.raises(Exception, match="doesn't exist"):
+        with pytest.raises(Exception, match="doesn't exist") as raised:
             await client.schedule_many(jobs)
     finally:
-        async with client.mysql.pool.acquire() as conn, conn.cursor() as cur:
-            await cur.execute(f"RENAME TABLE {broken[:-1]}_away` TO {broken}")
-    assert await client.mysql.get_many(ids) == {}
-    assert not any([await delay_scores(client, redis, job_id) for job_id in ids[:50]])
+        await on_shard(client.mysql, last, f"RENAME TABLE {broken[:-1]}_away` TO {broken}")
+    scheduled = getattr(raised.value, "scheduled", [])
+    if scheduled:
+        # Several servers: exactly the jobs of the others are scheduled, and said so.
+        assert isinstance(raised.value, ScheduleIncomplete)
+        home = client.mysql.homes[last[0]]
+        assert sorted(scheduled) == sorted(
+            i for i in ids if client.mysql.homes[client.mysql.shard_of(i)[0]] != home
+        )
+        assert sorted(raised.value.not_scheduled + scheduled) == sorted(ids)
+        assert set(await client.mysql.get_many(ids)) == set(scheduled)
+    else:
+        assert await client.mysql.get_many(ids) == {}
+    for job_id in ids[:50]:
+        assert bool(await delay_scores(client, redis, job_id)) == (job_id in scheduled)
     # With the table back, the same call schedules every job.
     assert await client.schedule_many(jobs) == ids
     assert len(await client.mysql.get_many(ids)) == 5000
@@ -327,13 +335,12 @@ async def snapshot(client: DelayClient, redis: RedisClient) -> dict[str, Any]:
         else:
             keys[key] = await redis.get(key)
     rows = []
-    async with client.mysql.pool.acquire() as conn, conn.cursor() as cur:
-        for shard in client.mysql.all_shards():
-            table, history = client.mysql.shard_tables(shard)
-            await cur.execute(f"SELECT job_id, status, action_time, attempts FROM {table}")
-            rows += sorted(await cur.fetchall())
-            await cur.execute(f"SELECT job_id, status, note FROM {history} ORDER BY id")
-            rows += list(await cur.fetchall())
+    for shard in client.mysql.all_shards():
+        table, history = client.mysql.shard_tables(shard)
+        select = f"SELECT job_id, status, action_time, attempts FROM {table}"
+        rows += sorted(await on_shard(client.mysql, shard, select))
+        select = f"SELECT job_id, status, note FROM {history} ORDER BY id"
+        rows += await on_shard(client.mysql, shard, select)
     return {"redis": keys, "mysql": rows}
 
 
@@ -370,9 +377,10 @@ def same_shard_ids(client: DelayClient, *variants: str) -> list[str]:
     """Ids `variant + suffix`, one suffix for all, that share one MySQL table: ids a
     PAD SPACE, case- or accent-insensitive collation would take for one another."""
     # CRC32 is linear: ids of one length that differ at the same distance from their end
-    # keep their shard relation whatever else changes, so the suffix length varies.
-    for length in itertools.count(1):
-        suffix = "-" * length + uuid.uuid4().hex
+    # keep their shard relation whatever else changes, so the suffix length varies; with
+    # several databases (h % databases is not linear) the suffix's text matters too.
+    for attempt in itertools.count():
+        suffix = "-" * (attempt % 150 + 1) + uuid.uuid4().hex
         ids = [variant + suffix for variant in variants]
         if len({client.mysql.tables_of(job_id) for job_id in ids}) == 1:
             return ids

@@ -142,6 +142,7 @@ def test_dead_cli(settings: Settings) -> None:
         **os.environ,
         "DELAYQ_KEY_PREFIX": settings.key_prefix,
         "DELAYQ_MYSQL_URL": settings.mysql_url,
+        "DELAYQ_MYSQL_SERVERS": settings.mysql_servers,
     }
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -9,11 +9,12 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import aiomysql
 
-from actors.reconciler import load_bound_ms, reconcile
+from actors.reconcile_passes import load_bound_ms, reconcile
 from cluster import ChangeStatus, DelayClient, JobStatus
 from cluster.connections.redis_conn import RedisClient
 from cluster.devstack.nodes import free_port, settings_env
@@ -23,8 +24,8 @@ from cluster.model.keys import slot_of
 from cluster.scripts.facade import Scripts
 from cluster.settings.config import Settings
 from cluster.store.rows import Outcome
-from cluster.store.sql import mysql_connect_args
 from tests.conftest import Collector, wait_for
+from tests.mysql_tools import job_server_args
 from tests.processes import NodeProcess
 from tests.test_answers import claim
 from tests.test_operations import fetch
@@ -88,10 +89,12 @@ async def test_the_row_and_the_envelope_keep_it_lean_and_reloaded(
 async def test_a_job_scheduled_in_the_callers_transaction_keeps_it(
     settings: Settings, client: DelayClient
 ) -> None:
-    conn = await aiomysql.connect(charset="utf8mb4", **mysql_connect_args(settings))
+    job_id = f"x-{uuid.uuid4().hex}"
+    args = await job_server_args(client.mysql, job_id)
+    conn = await aiomysql.connect(charset="utf8mb4", **args)
     try:
         await conn.begin()
-        job_id = await client.schedule_in(conn, "t", 1, delay=60, expires_after=30)
+        await client.schedule_in(conn, "t", 1, delay=60, expires_after=30, job_id=job_id)
         await conn.commit()
     finally:
         conn.close()

@@ -31,6 +31,7 @@ from cluster.model.keys import slot_of
 from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
 from tests.forwarder import Forwarder, free_port
+from tests.mysql_tools import mysql_ports, through_ports
 from tests.test_web import TOKENS, serving
 
 # The cancel's UPDATE (to status 3, cancelled) and the reschedule's.
@@ -47,19 +48,32 @@ class _Armed:
     hold_s: float
 
 
+class _Switch:
+    """What the gates of one client (one per MySQL server) share: the next query to act
+    on, whichever server it goes to, and whether that was done."""
+
+    def __init__(self) -> None:
+        self.armed: _Armed | None = None
+        self.done = asyncio.Event()
+
+
 class QueryGate(Forwarder):
     """A Forwarder to MySQL that does one thing to the next query containing a marker:
     "drop" cuts the connection before MySQL gets the query, "lose_reply" lets MySQL run
     it and cuts the connection before the answer comes back, "hold" sends it hold_s
-    late. `done` is set once it has."""
+    late. `done` is set once it has. Gates sharing a switch act on the first such query
+    that any of them sees."""
 
-    def __init__(self, listen_port: int, target_port: int) -> None:
+    def __init__(self, listen_port: int, target_port: int, switch: _Switch | None = None) -> None:
         super().__init__(listen_port, target_port)
-        self._armed: _Armed | None = None
-        self.done = asyncio.Event()
+        self.switch = switch or _Switch()
+
+    @property
+    def done(self) -> asyncio.Event:
+        return self.switch.done
 
     def arm(self, marker: bytes, action: Action, hold_s: float = 0.0) -> None:
-        self._armed = _Armed(marker, action, hold_s)
+        self.switch.armed = _Armed(marker, action, hold_s)
         self.done.clear()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -79,9 +93,9 @@ class QueryGate(Forwarder):
         async def up() -> None:
             with contextlib.suppress(OSError):
                 while data := await reader.read(65536):
-                    armed = self._armed
+                    armed = self.switch.armed
                     if armed is not None and armed.marker in data:
-                        self._armed = None
+                        self.switch.armed = None
                         if armed.action == "drop":
                             cut()
                             return
@@ -107,18 +121,38 @@ class QueryGate(Forwarder):
         await asyncio.gather(up(), down())
 
 
+class QueryGates:
+    """A QueryGate in front of every MySQL server of `settings`, sharing one switch;
+    `settings` (the attribute) reach MySQL through them."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.switch = _Switch()
+        self.gates = [QueryGate(free_port(), port, self.switch) for port in mysql_ports(settings)]
+        self.settings = through_ports(settings, [gate.listen_port for gate in self.gates])
+
+    @property
+    def done(self) -> asyncio.Event:
+        return self.switch.done
+
+    def arm(self, marker: bytes, action: Action, hold_s: float = 0.0) -> None:
+        self.gates[0].arm(marker, action, hold_s)
+
+    async def open(self) -> None:
+        for gate in self.gates:
+            await gate.open()
+
+    async def cut(self) -> None:
+        for gate in self.gates:
+            await gate.cut()
+
+
 @contextlib.asynccontextmanager
-async def gated_client(settings: Settings) -> AsyncIterator[tuple[DelayClient, QueryGate]]:
-    """A client whose MySQL connections go through a QueryGate."""
-    port = free_port()
-    url = urlparse(settings.mysql_url)
-    through = settings.replace(
-        mysql_url=url._replace(netloc=f"{url.netloc.rsplit(':', 1)[0]}:{port}").geturl()
-    )
-    gate = QueryGate(port, url.port or 3306)
+async def gated_client(settings: Settings) -> AsyncIterator[tuple[DelayClient, QueryGates]]:
+    """A client whose MySQL connections (to every server) go through QueryGates."""
+    gate = QueryGates(settings)
     await gate.open()
     try:
-        async with DelayClient(through) as client:
+        async with DelayClient(gate.settings) as client:
             yield client, gate
     finally:
         await gate.cut()

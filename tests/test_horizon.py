@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from actors.node import Node
-from actors.reconciler import reconcile
+from actors.reconcile_passes import reconcile
 from cluster import DelayClient, Job, JobStatus
 from cluster.connections.redis_conn import RedisClient
 from cluster.errors import ConfigError

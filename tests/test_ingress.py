@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import aiohttp
 import orjson
@@ -58,7 +57,8 @@ from cluster.model.jobs import check_job_id
 from cluster.settings.config import Settings
 from cluster.store.mysql_store import MySQLStore
 from tests.conftest import Collector, wait_for
-from tests.forwarder import Forwarder, free_port
+from tests.forwarder import free_port
+from tests.mysql_tools import MySQLLinks, count_rows
 
 # Once: the ingress's Redis side is the client's, tested against a Redis Cluster too.
 pytestmark = pytest.mark.once
@@ -379,14 +379,7 @@ async def all_committed(settings: Settings, placed: Iterable[tuple[int, int, int
 
 async def job_count(store: MySQLStore) -> int:
     """Rows in every job table of the test's database."""
-    total = 0
-    async with store.pool.acquire() as conn, conn.cursor() as cur:
-        for shard in store.all_shards():
-            table, _ = store.shard_tables(shard)
-            await cur.execute(f"SELECT COUNT(*) FROM {table}")
-            (count,) = await cur.fetchone()
-            total += count
-    return total
+    return await count_rows(store)
 
 
 async def stored(client: DelayClient, ids: Sequence[str]) -> set[str]:
@@ -534,8 +527,8 @@ async def test_mysql_unreachable_commits_nothing_and_the_jobs_are_stored_once_it
     ingress_settings: Settings, client: DelayClient
 ) -> None:
     # The ingress reaches MySQL through a forwarder that the test cuts.
-    through, port, mysql_port = through_forwarder(ingress_settings)
-    link = Forwarder(port, mysql_port)
+    link = MySQLLinks(ingress_settings)  # one forwarder per MySQL server
+    through = link.settings
     await link.open()
     try:
         async with ingress_running(through) as ingress:
@@ -554,7 +547,6 @@ async def test_mysql_unreachable_commits_nothing_and_the_jobs_are_stored_once_it
             assert await committed(ingress_settings) == {}
             assert await job_count(client.mysql) == 0
 
-            link = Forwarder(port, mysql_port)
             await link.open()
             assert await wait_for(lambda: all_committed(ingress_settings, placed), timeout_s=60)
             assert await stored(client, ids) == set(ids)
@@ -564,17 +556,6 @@ async def test_mysql_unreachable_commits_nothing_and_the_jobs_are_stored_once_it
             ] == len(ids)
     finally:
         await link.cut()
-
-
-def through_forwarder(settings: Settings) -> tuple[Settings, int, int]:
-    """settings whose MySQL is reached through a local port for a Forwarder; returns
-    them, that port and MySQL's."""
-    port = free_port()
-    url = urlparse(settings.mysql_url)
-    through = settings.replace(
-        mysql_url=url._replace(netloc=f"{url.netloc.rsplit(':', 1)[0]}:{port}").geturl()
-    )
-    return through, port, url.port or 3306
 
 
 async def test_a_rebalance_while_a_round_is_stuck_stores_each_record_once(
@@ -589,8 +570,8 @@ async def test_a_rebalance_while_a_round_is_stuck_stores_each_record_once(
     placed = await produce(ingress_settings, ingress_settings.ingress_topic, values)
     ids = derived_ids(ingress_settings.ingress_topic, placed)
     small_rounds = ingress_settings.replace(ingress_batch=100)
-    cut_off, port, mysql_port = through_forwarder(small_rounds)
-    link = Forwarder(port, mysql_port)
+    link = MySQLLinks(small_rounds)  # one forwarder per MySQL server
+    cut_off = link.settings
     await link.open()
     try:
         async with ingress_running(cut_off) as first:
@@ -613,7 +594,6 @@ async def test_a_rebalance_while_a_round_is_stuck_stores_each_record_once(
 
                 # The group rebalances; the second gets partitions and works on them.
                 assert await wait_for(second_working, timeout_s=90)
-                link = Forwarder(port, mysql_port)
                 await link.open()
                 assert await wait_for(lambda: all_committed(ingress_settings, placed), 120)
     finally:

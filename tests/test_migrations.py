@@ -19,6 +19,7 @@ from cluster.errors import SchemaError
 from cluster.settings.config import Settings
 from cluster.store.migrations import check_schema, load_migrations
 from cluster.store.mysql_store import MySQLStore
+from cluster.store.servers import initial_placement, server_specs
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRST = "001_jobs.sql"
@@ -36,10 +37,16 @@ async def new_database(stack_env: dict[str, str]) -> AsyncIterator[NewDatabase]:
     """Makes empty (unmigrated) cluster databases with the given layout; drops them."""
     made: list[Settings] = []
 
-    async def make(databases: int = 1, tables: int = 2) -> Settings:
+    async def make(databases: int | None = None, tables: int = 2) -> Settings:
+        """databases: None for the run's (one per MySQL server); 1 is a one-server cluster."""
+        base = Settings.from_env()
+        if databases == 1:
+            base = base.replace(mysql_servers="")
         prefix = f"m{uuid.uuid4().hex[:10]}"
-        base = Settings.from_env().replace(
-            key_prefix=prefix, mysql_databases=databases, mysql_tables=tables
+        base = base.replace(
+            key_prefix=prefix,
+            mysql_databases=databases or base.mysql_databases,
+            mysql_tables=tables,
         )
         settings = await create_cluster_database(base, f"delayq_{prefix}", migrate=False)
         made.append(settings)
@@ -75,19 +82,29 @@ async def migrate(settings: Settings, folder: Path | None = None) -> Any:
         await store.close()
 
 
-async def query(settings: Settings, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+async def query(settings: Settings, sql: str, *args: Any, server: int = 0) -> list[tuple[Any, ...]]:
+    """sql's rows on one MySQL server (0: mysql_url's)."""
     store = MySQLStore(settings, "test")
     await store.open(check_schema=False)
     try:
-        async with store.pool.acquire() as conn, conn.cursor() as cur:
+        pool = await store.server_pool(server)
+        async with pool.acquire() as conn, conn.cursor() as cur:
             await cur.execute(sql, args)
             return list(await cur.fetchall())
     finally:
         await store.close()
 
 
+def first_server_tables(settings: Settings) -> int:
+    """How many job tables MySQL server 0 (the one `recorded` reads) holds."""
+    servers = len(server_specs(settings))
+    placed = initial_placement(settings, servers).values()
+    return settings.mysql_tables * sum(1 for server in placed if server == 0)
+
+
 async def recorded(settings: Settings) -> list[tuple[int, str, int, bool]]:
-    """(version, name, shards_done, applied) of every row of delayq_migrations."""
+    """(version, name, shards_done, applied) of every row of server 0's
+    delayq_migrations (shards_done counts that server's job tables)."""
     rows = await query(
         settings,
         "SELECT version, name, shards_done, applied_at IS NOT NULL"
@@ -100,14 +117,18 @@ async def tables_with_column(settings: Settings, column: str) -> set[str]:
     store = MySQLStore(settings, "test")
     schemas = {store.database_name(d) for d in range(settings.mysql_databases)}
     marks = ", ".join(["%s"] * len(schemas))
-    rows = await query(
-        settings,
-        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.COLUMNS"
-        f" WHERE COLUMN_NAME = %s AND TABLE_SCHEMA IN ({marks})",
-        column,
-        *sorted(schemas),
-    )
-    return {f"`{schema}`.`{table}`" for schema, table in rows}
+    found = set()
+    for server in range(len(store.servers)):
+        rows = await query(
+            settings,
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.COLUMNS"
+            f" WHERE COLUMN_NAME = %s AND TABLE_SCHEMA IN ({marks})",
+            column,
+            *sorted(schemas),
+            server=server,
+        )
+        found |= {f"`{schema}`.`{table}`" for schema, table in rows}
+    return found
 
 
 async def test_a_second_migrate_applies_nothing(new_database: NewDatabase) -> None:
@@ -116,7 +137,7 @@ async def test_a_second_migrate_applies_nothing(new_database: NewDatabase) -> No
     assert (first.applied, first.adopted, first.versions) == (PACKAGED, [], len(PACKAGED))
     second = await migrate(settings)
     assert (second.applied, second.adopted, second.versions) == ([], [], len(PACKAGED))
-    assert await recorded(settings) == packaged_records(2)
+    assert await recorded(settings) == packaged_records(first_server_tables(settings))
     store = MySQLStore(settings, "node")
     await store.open()  # the schema check passes
     await store.close()
@@ -141,10 +162,8 @@ async def test_a_new_migration_is_applied_once_to_every_shard(
     every_job_table = {store.shard_tables(shard)[0] for shard in store.all_shards()}
     assert len(every_job_table) == databases * 2
     assert await tables_with_column(settings, "tenant") == every_job_table
-    assert await recorded(settings) == [
-        *packaged_records(databases * 2),
-        (NEXT, TENANT, databases * 2, True),
-    ]
+    here = first_server_tables(settings)
+    assert await recorded(settings) == [*packaged_records(here), (NEXT, TENANT, here, True)]
     meta = dict(await query(settings, "SELECT name, value FROM delayq_meta"))
     assert meta["schema_version"] == str(NEXT)
 
@@ -160,8 +179,9 @@ async def test_a_new_migration_is_applied_once_to_every_shard(
 
 async def test_an_old_style_database_is_adopted(new_database: NewDatabase, tmp_path: Path) -> None:
     """A database migrated before migrations were versioned: delayq_meta with
-    schema_version=1 and the tables, no delayq_migrations."""
-    settings = await new_database(tables=2)
+    schema_version=1 and the tables, no delayq_migrations (one server: older delayq
+    knew no other)."""
+    settings = await new_database(databases=1, tables=2)
     only_first = tmp_path / "schema-001"
     only_first.mkdir()
     shutil.copy(ROOT / "schema" / FIRST, only_first / FIRST)
@@ -206,7 +226,7 @@ async def test_an_old_style_database_is_adopted(new_database: NewDatabase, tmp_p
     # Version 1 is adopted; the later packaged migrations are applied.
     assert (report.adopted, report.applied) == ([FIRST], PACKAGED[1:])
     assert report.versions == len(PACKAGED)
-    assert await recorded(settings) == packaged_records(2)
+    assert await recorded(settings) == packaged_records(first_server_tables(settings))
     again = await migrate(settings)
     assert (again.adopted, again.applied) == ([], [])
 
@@ -220,7 +240,7 @@ async def test_a_failing_migration_is_not_recorded_and_names_the_file(
     broken = schema_dir(tmp_path, **{name: "ALTER TABLE {jobs} ADD COLUMN oops NOT A TYPE;\n"})
     with pytest.raises(SchemaError, match=rf"migration {name} failed on .*job_0000"):
         await migrate(settings, broken)
-    assert await recorded(settings) == packaged_records(2)
+    assert await recorded(settings) == packaged_records(first_server_tables(settings))
     with pytest.raises(SchemaError, match=rf"{name} not applied"):
         await MySQLStore(settings, "node", schema_dir=broken).open()
     # Fixed, it applies.
@@ -241,15 +261,16 @@ async def test_a_migration_that_failed_part_way_continues_with_the_failed_shard(
     folder = schema_dir(tmp_path, **{TENANT: ADD_COLUMN})
     with pytest.raises(SchemaError, match=rf"{TENANT} failed on .*job_0001.*shard 2 of 3"):
         await migrate(settings, folder)
-    assert await recorded(settings) == [*packaged_records(3), (NEXT, TENANT, 1, False)]
+    here = first_server_tables(settings)  # shard (0, 1) is on server 0
+    assert await recorded(settings) == [*packaged_records(here), (NEXT, TENANT, 1, False)]
     with pytest.raises(SchemaError, match="not applied"):
         await MySQLStore(settings, "node", schema_dir=folder).open()
 
     await query(settings, f"ALTER TABLE {second_table} DROP COLUMN tenant")
     # job_0000 has the column already: running the migration on it again would fail.
     assert (await migrate(settings, folder)).applied == [TENANT]
-    assert len(await tables_with_column(settings, "tenant")) == 3
-    assert await recorded(settings) == [*packaged_records(3), (NEXT, TENANT, 3, True)]
+    assert len(await tables_with_column(settings, "tenant")) == settings.mysql_databases * 3
+    assert await recorded(settings) == [*packaged_records(here), (NEXT, TENANT, here, True)]
 
 
 async def test_an_applied_migration_that_was_edited_is_refused(
@@ -282,6 +303,7 @@ async def test_db_migrate_command_reports_what_it_did(new_database: NewDatabase)
         **os.environ,
         "DELAYQ_KEY_PREFIX": settings.key_prefix,
         "DELAYQ_MYSQL_URL": settings.mysql_url,
+        "DELAYQ_MYSQL_SERVERS": settings.mysql_servers,
         "DELAYQ_MYSQL_TABLES": "2",
     }
 
@@ -298,6 +320,6 @@ async def test_db_migrate_command_reports_what_it_did(new_database: NewDatabase)
 
     first = db_migrate()
     for name in PACKAGED:
-        assert f"applied {name} to 2 job table(s)" in first
+        assert f"applied {name} to {settings.mysql_databases * 2} job table(s)" in first
     assert f"schema ready: {len(PACKAGED)} migration(s) applied" in first
     assert f"schema up to date: {len(PACKAGED)} migration(s) applied" in db_migrate()

@@ -5,19 +5,21 @@ that waiting cannot fix stop it at once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from urllib.parse import urlparse
 
 from cluster.settings.config import Settings
 from tests.forwarder import forwarder, free_port
+from tests.mysql_tools import mysql_ports, through_ports
 from tests.processes import NodeProcess
 
 
-def with_mysql_port(settings: Settings, port: int) -> Settings:
-    url = urlparse(settings.mysql_url)
-    return settings.replace(
-        mysql_url=url._replace(netloc=f"{url.netloc.rsplit(':', 1)[0]}:{port}").geturl()
-    )
+def with_mysql_ports(settings: Settings) -> tuple[Settings, list[int]]:
+    """settings whose every MySQL server is at a free port (nothing there yet); the
+    ports, mysql_url's first."""
+    ports = [free_port() for _ in mysql_ports(settings)]
+    return through_ports(settings, ports), ports
 
 
 def log_of(node: NodeProcess) -> str:
@@ -27,9 +29,9 @@ def log_of(node: NodeProcess) -> str:
 async def test_node_gives_up_on_unreachable_mysql_with_one_line(
     settings: Settings, tmp_path: Path
 ) -> None:
-    port = free_port()
+    nowhere, [port, *_] = with_mysql_ports(settings)
     node = NodeProcess(
-        with_mysql_port(settings, port),
+        nowhere,
         tmp_path,
         "no-mysql",
         {"DELAYQ_STARTUP_TIMEOUT_S": "3"},
@@ -72,14 +74,15 @@ async def test_node_with_wrong_mysql_password_stops_at_once(
 async def test_node_starts_once_mysql_appears(settings: Settings, tmp_path: Path) -> None:
     """MySQL is reached through a port that starts forwarding to the real MariaDB only
     after the node has tried (and logged) a few times."""
-    port = free_port()
-    node = NodeProcess(with_mysql_port(settings, port), tmp_path, "late-mysql")
+    late, ports = with_mysql_ports(settings)
+    node = NodeProcess(late, tmp_path, "late-mysql")
     try:
         while "waiting for MySQL" not in log_of(node):
             assert node.returncode is None, node.log_tail()
             await asyncio.sleep(0.1)
-        real_port = urlparse(settings.mysql_url).port or 3306
-        async with forwarder(port, real_port):
+        async with contextlib.AsyncExitStack() as forwarders:
+            for port, real_port in zip(ports, mysql_ports(settings), strict=True):
+                await forwarders.enter_async_context(forwarder(port, real_port))
             await node.wait_ready(timeout_s=60)
             assert await node.stop() == 0
     finally:

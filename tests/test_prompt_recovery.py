@@ -12,7 +12,8 @@ from urllib.parse import urlparse
 import pytest
 
 from actors.node import Node
-from actors.reconciler import load_bound_ms, reconcile_recent, redis_identity
+from actors.reconcile_passes import load_bound_ms, reconcile_recent
+from actors.reconciler import redis_identity
 from cluster import DelayClient, Job, JobStatus
 from cluster.connections.redis_conn import RedisClient
 from cluster.errors import ConfigError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from actors.node import Node
-from actors.reconciler import reconcile
+from actors.reconcile_passes import reconcile
 from cluster import DelayClient, Job, JobStatus
 from cluster.connections.redis_conn import RedisClient
 from cluster.model.keys import slot_of

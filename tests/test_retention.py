@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
-from urllib.parse import urlparse
 
 import pytest
 
@@ -25,7 +24,8 @@ from cluster.settings.config import Settings
 from cluster.store.mysql_store import MySQLStore
 from cluster.store.retention import prune, prune_batches
 from cluster.store.rows import Outcome
-from tests.forwarder import Forwarder, free_port
+from tests.forwarder import free_port
+from tests.mysql_tools import MySQLLinks, mysql_ports, on_job, through_ports
 from tests.unit.test_supervisor import until
 
 WEEK_S = 7 * 86400
@@ -78,12 +78,12 @@ async def make_jobs(client: DelayClient, mysql: MySQLStore, topic: str) -> dict[
     await mysql.record_outcomes(outcomes)
     old = [job_id for kind, (_, is_old) in KINDS.items() if is_old for job_id in ids[kind]]
     for job_id in old:
-        jobs, _ = mysql.tables_of(job_id)
-        async with mysql.pool.acquire() as conn, conn.cursor() as cur:
-            await cur.execute(
-                f"UPDATE {jobs} SET gmt_modified = NOW(3) - INTERVAL 8 DAY WHERE job_id = %s",
-                (job_id,),
-            )
+        await on_job(
+            mysql,
+            job_id,
+            "UPDATE {jobs} SET gmt_modified = NOW(3) - INTERVAL 8 DAY WHERE job_id = %s",
+            (job_id,),
+        )
     records = await mysql.get_many([j for group in ids.values() for j in group])
     for kind, (status, _) in KINDS.items():
         assert {records[j].status for j in ids[kind]} == {status}, kind
@@ -295,31 +295,26 @@ async def test_the_actor_survives_mysql_going_away_and_prunes_once_it_is_back(
 ) -> None:
     ids = await make_jobs(client, mysql, topic)
     doomed = doomed_ids(ids)
-    # The actor's store reaches MySQL through a forwarder that the test cuts.
-    port, real_port = free_port(), urlparse(settings.mysql_url).port or 3306
-    url = urlparse(settings.mysql_url)
-    through = settings.replace(
-        mysql_url=url._replace(netloc=f"{url.netloc.rsplit(':', 1)[0]}:{port}").geturl()
-    )
-    forward = Forwarder(port, real_port)
-    await forward.open()
+    # The actor's store reaches every MySQL server through a forwarder that the test cuts.
+    links = MySQLLinks(settings)
+    await links.open()
+    through = links.settings
     store = MySQLStore(through, "test-retention")
     await store.open()
     try:
         retention = Retention(through, store, held(set(range(settings.slots))))
-        await forward.cut()
+        await links.cut()
         await retention.prune_owned()  # logs a warning, raises nothing
         assert retention.deleted_jobs_total == 0
         assert await present(mysql, doomed) == set(doomed)
 
-        forward = Forwarder(port, real_port)
-        await forward.open()
+        await links.open()
         await retention.prune_owned()  # the next interval
         assert retention.deleted_jobs_total == len(doomed)
         assert await present(mysql, doomed) == set()
     finally:
         await store.close()
-        await forward.cut()
+        await links.cut()
 
 
 # ----- delayq db prune -----------------------------------------------------------------
@@ -409,10 +404,7 @@ def test_db_migrate_refuses_the_options_of_prune(settings: Settings, extra: list
 
 
 def test_db_prune_without_mysql_fails_with_a_message(settings: Settings) -> None:
-    url = urlparse(settings.mysql_url)
-    nowhere = settings.replace(
-        mysql_url=url._replace(netloc=f"{url.netloc.rsplit(':', 1)[0]}:{free_port()}").geturl()
-    )
+    nowhere = through_ports(settings, [free_port() for _ in mysql_ports(settings)])
     failed = db_command(nowhere, "prune", "--older-than", "7d")
     assert failed.returncode == 1
     assert "delayq db prune: MySQL failed" in failed.stderr
@@ -424,7 +416,7 @@ def test_db_help_describes_prune(settings: Settings) -> None:
     assert shown.returncode == 0
     text = "".join(shown.stdout.split())  # as wrapped to any width
     for part in (
-        "{migrate,prune}",
+        "{migrate,prune,move-shard}",
         "prune: delete the fired, cancelled and expired jobs last changed more than",
         "(--dry-run: how many would)",
         "7d, 12h, 30m, 90s",

@@ -16,6 +16,7 @@ from cluster import DelayClient
 from cluster.errors import InvalidJob
 from cluster.settings.config import Settings
 from cluster.store.sql import mysql_connect_args
+from tests.mysql_tools import count_outbox, count_rows, id_on_server
 
 # In GBK, the last byte of 中's UTF-8 (0xAD) and the backslash escaping the quote
 # (0x5C) are one character: the quote would end the literal and the rest be SQL.
@@ -31,13 +32,7 @@ async def conn(settings: Settings) -> AsyncIterator[Any]:
 
 
 async def job_rows(client: DelayClient) -> int:
-    count = 0
-    async with client.mysql.pool.acquire() as c, c.cursor() as cur:
-        for shard in client.mysql.all_shards():
-            for table in (client.mysql.shard_tables(shard)[0], client.mysql.outbox_table(shard)):
-                await cur.execute(f"SELECT COUNT(*) FROM {table}")
-                count += (await cur.fetchone())[0]
-    return count
+    return await count_rows(client.mysql) + await count_outbox(client.mysql)
 
 
 @pytest.mark.parametrize(
@@ -64,7 +59,10 @@ async def test_a_session_charset_changed_on_the_server_is_refused(
         async with conn.cursor() as cur:
             await cur.execute("SET NAMES utf8mb4")
         await conn.begin()
-        job_id = await client.schedule_in(conn, "t", {"note": BREAKOUT}, delay=60, biz_id=BREAKOUT)
+        job_id = id_on_server(client.mysql, 0, "breakout")  # conn's server
+        await client.schedule_in(
+            conn, "t", {"note": BREAKOUT}, delay=60, biz_id=BREAKOUT, job_id=job_id
+        )
         await conn.commit()
         record = await client.get(job_id)
         assert record is not None and record.biz_id == BREAKOUT
@@ -78,7 +76,8 @@ async def test_no_backslash_escapes_keeps_values_intact(settings: Settings, conn
         async with conn.cursor() as cur:
             await cur.execute("SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES')")
         await conn.begin()
-        job_id = await client.schedule_in(conn, "t", {"v": tricky}, delay=60, biz_id=tricky)
+        job_id = id_on_server(client.mysql, 0, "tricky")  # conn's server
+        await client.schedule_in(conn, "t", {"v": tricky}, delay=60, biz_id=tricky, job_id=job_id)
         await conn.commit()
         record = await client.get(job_id)
         assert record is not None and record.biz_id == tricky

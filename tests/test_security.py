@@ -241,7 +241,8 @@ async def test_mysql_never_truncates(settings: Settings) -> None:
     await store.open()
     jobs, _ = store.shard_tables((0, 0))
     try:
-        async with store.pool.acquire() as conn, conn.cursor() as cur:
+        pool = await store.pool_for(0)  # the server of shard (0, 0)
+        async with pool.acquire() as conn, conn.cursor() as cur:
             await cur.execute("SELECT @@SESSION.sql_mode, @@character_set_client")
             mode, charset = await cur.fetchone()
             assert "STRICT_ALL_TABLES" in mode and charset == "utf8mb4"

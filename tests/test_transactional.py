@@ -17,12 +17,14 @@ import aiomysql
 import pytest
 
 from actors.node import Node
-from cluster import DelayClient
+from cluster import DelayClient, JobStatus
 from cluster.devstack.nodes import settings_env
 from cluster.errors import InvalidJob, StoreMismatch
 from cluster.settings.config import Settings
+from cluster.store.servers import with_database
 from cluster.store.sql import mysql_connect_args
-from tests.conftest import Collector, wait_for
+from tests.conftest import MYSQL_SERVERS, Collector, wait_for
+from tests.mysql_tools import count_outbox, id_on_server, ids_on_server, job_server_args
 from tests.processes import NodeProcess, wait_served
 
 
@@ -39,12 +41,13 @@ async def conn(settings: Settings) -> AsyncIterator[Any]:
 
 
 async def outbox_rows(client: DelayClient) -> int:
-    count = 0
-    async with client.mysql.pool.acquire() as c, c.cursor() as cur:
-        for shard in client.mysql.all_shards():
-            await cur.execute(f"SELECT COUNT(*) FROM {client.mysql.outbox_table(shard)}")
-            count += (await cur.fetchone())[0]
-    return count
+    return await count_outbox(client.mysql)
+
+
+def here(client: DelayClient, job_id: str) -> str:
+    """job_id, or a variant of it, whose row is on the server of the `conn` fixture
+    (server 0, mysql_url's): a transaction schedules jobs of its own server."""
+    return id_on_server(client.mysql, 0, job_id)
 
 
 async def test_a_rolled_back_job_never_exists_and_never_fires(
@@ -54,7 +57,9 @@ async def test_a_rolled_back_job_never_exists_and_never_fires(
         await conn.begin()
         async with conn.cursor() as cur:
             await cur.execute("INSERT INTO orders VALUES (1, 'new')")
-        job_id = await client.schedule_in(conn, topic, {"order": 1}, delay=0.2, job_id="o-1")
+        job_id = await client.schedule_in(
+            conn, topic, {"order": 1}, delay=0.2, job_id=here(client, "o-1")
+        )
         await conn.rollback()
         await client.schedule(topic, "after", delay=0.5)  # proves the node fires meanwhile
         [record] = await collector.until(1, timeout_s=30)
@@ -74,7 +79,7 @@ async def test_a_committed_job_fires_once_with_its_business_row(
             # The caller's session time zone is its own: delayq's times stay UTC.
             await cur.execute("SET time_zone = '+05:00'")
         job_id = await client.schedule_in(
-            conn, topic, {"order": 2}, delay=0.3, job_id="order-2-close", biz_id="2"
+            conn, topic, {"order": 2}, delay=0.3, job_id=here(client, "order-2-close"), biz_id="2"
         )
         assert await client.get(job_id) is None  # not committed yet: invisible
         await conn.commit()
@@ -97,8 +102,8 @@ async def test_a_thousand_transactional_jobs_due_in_a_second_all_fire(
 ) -> None:
     async with DelayClient(settings) as client:
         await conn.begin()
-        for i in range(1000):
-            await client.schedule_in(conn, topic, i, delay=1.0, job_id=f"tx-{i}")
+        for i, job_id in enumerate(ids_on_server(client.mysql, 0, "tx-", 1000)):
+            await client.schedule_in(conn, topic, i, delay=1.0, job_id=job_id)
         await conn.commit()
         records = await collector.until(1000, timeout_s=60)
         assert sorted(int(r["payload"]) for r in records) == list(range(1000))  # type: ignore[call-overload]
@@ -126,7 +131,7 @@ PRODUCER = textwrap.dedent(
         async with DelayClient(settings) as client:
             conn = await aiomysql.connect(charset="utf8mb4", **mysql_connect_args(settings))
             await conn.begin()
-            await client.schedule_in(conn, sys.argv[1], {"order": 3}, delay=0.5, job_id="killed-3")
+            await client.schedule_in(conn, sys.argv[1], {"order": 3}, delay=0.5, job_id=sys.argv[2])
             await conn.commit()
             print("committed", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -139,14 +144,17 @@ PRODUCER = textwrap.dedent(
 async def test_commit_then_kill_the_producer_fires_once(
     settings: Settings, topic: str, collector: Collector, node: Node
 ) -> None:
+    # A job of mysql_url's server, where the producer's connection is.
+    async with DelayClient(settings) as client:
+        job_id = here(client, "killed-3")
     done = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", PRODUCER, topic,
+        sys.executable, "-c", PRODUCER, topic, job_id,
         env={**os.environ, **settings_env(settings)}, stdout=subprocess.PIPE,
     )  # fmt: skip
     output, _ = await done.communicate()
     assert done.returncode == -signal.SIGKILL and b"committed" in output
     [record] = await collector.until(1, timeout_s=30)
-    assert record["job_id"] == "killed-3"
+    assert record["job_id"] == job_id
     assert len(await collector.quiet_for(1.0)) == 1
 
 
@@ -162,8 +170,8 @@ async def test_a_node_killed_during_pick_up_loses_nothing(
     await wait_served(settings, {"first"})
     async with DelayClient(settings) as client:
         await conn.begin()
-        for i in range(2000):
-            await client.schedule_in(conn, topic, i, delay=5, job_id=f"k-{i}")
+        for i, job_id in enumerate(ids_on_server(client.mysql, 0, "k-", 2000)):
+            await client.schedule_in(conn, topic, i, delay=5, job_id=job_id)
         await conn.commit()
         first.kill()
         second = NodeProcess(settings, tmp_path, "second")
@@ -203,11 +211,36 @@ async def test_bad_calls_change_nothing(settings: Settings, conn: Any) -> None:
         )
         try:
             await other.begin()
-            elsewhere = settings.replace(
-                mysql_url=settings.mysql_url.rsplit("/", 1)[0] + "/delayq_no_such_db"
-            )
+            elsewhere = with_database(settings, "delayq_no_such_db")
             stranger = DelayClient(elsewhere)
             with pytest.raises(StoreMismatch, match="cannot be written through"):
                 await stranger.schedule_in(other, "t", 1, delay=1)  # never opened: no pool
         finally:
             other.close()
+
+
+@pytest.mark.skipif(MYSQL_SERVERS < 2, reason="needs several MySQL servers")
+async def test_a_connection_to_another_server_than_the_jobs_is_refused(
+    settings: Settings, conn: Any
+) -> None:
+    """The caller's transaction is on server 0; a job whose row server 1 holds is
+    refused there, naming server_of, and written nowhere; on its server it is written."""
+    async with DelayClient(settings) as client:
+        [job_id] = ids_on_server(client.mysql, 1, "far-", 1)
+        assert await client.server_of(job_id) == client.mysql.servers[1].name
+        await conn.begin()
+        with pytest.raises(StoreMismatch, match=rf"job '{job_id}' belongs to .*server_of"):
+            await client.schedule_in(conn, "t", 1, delay=60, job_id=job_id)
+        await conn.commit()
+        assert await client.get(job_id) is None
+        assert await outbox_rows(client) == 0
+        args = await job_server_args(client.mysql, job_id)
+        right = await aiomysql.connect(charset="utf8mb4", **args)
+        try:
+            await right.begin()
+            await client.schedule_in(right, "t", 1, delay=60, job_id=job_id)
+            await right.commit()
+        finally:
+            right.close()
+        record = await client.get(job_id)
+        assert record is not None and record.status == JobStatus.PENDING

@@ -39,6 +39,7 @@ from cluster.web.server import API, check_exposure, make_app
 from cluster.web.stats import StatsSampler
 from tests.conftest import Collector, wait_for
 from tests.forwarder import forwarder, free_port
+from tests.mysql_tools import mysql_links
 from tests.test_client import snapshot
 from tests.test_dead_letters import make_dead
 from tests.test_expiry import claim_all
@@ -604,13 +605,8 @@ async def test_unknown_routes_methods_and_a_body_too_large(settings: Settings) -
 async def test_mysql_unreachable_answers_503_and_writes_nothing(
     settings: Settings, redis: Any
 ) -> None:
-    port = free_port()
-    real = settings.mysql_url
-    host_port = real.split("@", 1)[1].split("/", 1)[0]
-    real_port = int(host_port.rsplit(":", 1)[1])
-    through = real.replace(host_port, f"127.0.0.1:{port}")
-    async with forwarder(port, real_port) as link:
-        cut_settings = settings.replace(mysql_url=through)
+    async with mysql_links(settings) as link:  # every MySQL server behind a forwarder
+        cut_settings = link.settings
         async with DelayClient(cut_settings) as client, serving(cut_settings, client) as api:
             before = await snapshot(client, redis)
             await link.cut()

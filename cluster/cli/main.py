@@ -1,11 +1,11 @@
 """The `delayq` command line.
 
     delayq services up|down|status|env   the local development stack
-    delayq db migrate                    create or update the MySQL schema
+    delayq db migrate|prune|move-shard   the MySQL schema, retention, shard moves
     delayq node [--ready-file PATH]      run a node until SIGTERM/SIGINT (start more
                                          processes, here or elsewhere, to scale)
     delayq ingress [--ready-file PATH]   schedule the jobs produced to ingress_topic
-    delayq cluster status                members, slot map, per-slot depth
+    delayq cluster status                members, slot map, per-slot depth, MySQL servers
     delayq recover                       re-add to Redis the pending jobs it lost
     delayq dead list|show|replay|purge   the dead-letter set
     delayq recurring list|show|remove    recurring schedules

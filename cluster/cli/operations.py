@@ -1,5 +1,6 @@
 """The commands that act on the cluster and its databases: `delayq db migrate`, `db
-prune` (retention), `cluster status` and `recover`.
+prune` (retention), `db move-shard` (cluster/cli/shards.py), `cluster status` and
+`recover`.
 
 Each command takes the settings and the parsed arguments and returns the exit code; the
 store, the status reader, the client and the reconciler are imported when it runs.
@@ -19,6 +20,16 @@ from cluster.settings.config import Settings
 
 
 def db(settings: Settings, args: argparse.Namespace) -> int:
+    if args.action == "move-shard":
+        from cluster.cli.shards import move_shard
+
+        return move_shard(settings, args)
+    if args.shard is not None or args.to is not None:
+        print(
+            f"delayq db {args.action}: SHARD and --to belong to move-shard; nothing was done",
+            file=sys.stderr,
+        )
+        return 2
     if args.action == "prune":
         if args.older_than is None:
             print("delayq db prune: --older-than AGE is required (e.g. 7d)", file=sys.stderr)
@@ -54,11 +65,22 @@ async def _migrate(settings: Settings) -> int:
     if report.newer:
         # A newer delayq migrated this database; its migrations stay as they are.
         print(f"the database also has migration(s) {report.newer} this delayq does not know")
+    for down in report.servers_down:
+        print(f"delayq db migrate: not migrated, did not answer: {down}", file=sys.stderr)
+    servers = len(store.servers)
     state = "schema ready" if report.applied else "schema up to date"
     print(
         f"{state}: {report.versions} migration(s) applied, {report.shards} job table(s) "
         f"in {settings.mysql_databases} database(s)"
+        + (
+            f" on {servers - len(report.servers_down)} of {servers} server(s)"
+            if servers > 1
+            else ""
+        )
     )
+    if report.servers_down:
+        print("run `delayq db migrate` again once they answer: it goes on there", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -107,12 +129,17 @@ def cluster_status(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _print_status(settings: Settings, as_json: bool) -> int:
+    from cluster.observe.mysql_layout import read_layout, render_layout
     from cluster.observe.status import read_status, render
 
     status = await read_status(settings)
+    layout = await read_layout(settings)
     # Members write their own fields in ZooKeeper: both forms escape what a terminal
     # would interpret.
-    print(shown_json(status.as_dict()) if as_json else render(status))
+    if as_json:
+        print(shown_json({**status.as_dict(), "mysql": [s.as_dict() for s in layout]}))
+    else:
+        print(render(status) + "\n" + render_layout(layout, settings.mysql_databases))
     return 0
 
 
@@ -121,7 +148,7 @@ def recover(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _recover(settings: Settings, slots: list[int] | None) -> int:
-    from actors.reconciler import load_bound_ms, reconcile
+    from actors.reconcile_passes import load_bound_ms, reconcile
     from cluster.client.delay_client import DelayClient
 
     wanted = slots if slots else list(range(settings.slots))

@@ -93,22 +93,62 @@ def _add_services(commands: Commands) -> None:
         "19292; replication factor 3, min.insync.replicas 2); a new count starts a new "
         "Kafka cluster. Remembered: later commands use the same count without it",
     )
+    services.add_argument(
+        "--mysql-servers",
+        type=int,
+        choices=range(1, 10),
+        metavar="N",
+        help="run N MariaDB servers (1-9): mysql and mysql-1 .. mysql-<N-1> on the mysql "
+        "port + 10 * i (13316, 13326, ...), not with --secure; with env: also set "
+        "DELAYQ_MYSQL_SERVERS to servers 1..N-1. Later up, down and status include the "
+        "servers made before without it; also DELAYQ_SERVICES_MYSQL_SERVERS",
+    )
+    services.add_argument(
+        "--galera",
+        action="store_true",
+        help="act on a three-node MariaDB Galera cluster instead (galera-1..3 on ports "
+        "13406, 13416, 13426; not with --secure); with env: print "
+        "DELAYQ_SERVICES_GALERA_URL, every node's address in one URL (docs/galera.md)",
+    )
 
 
 def _add_db(commands: Commands) -> None:
-    """`delayq db migrate|prune`."""
+    """`delayq db migrate|prune|move-shard`."""
     db = commands.add_parser(
         "db",
         help="database schema and retention",
-        description="migrate: apply to every shard, in order, the schema/NNN_*.sql "
-        "migrations the database has not recorded yet (idempotent). prune: delete the "
+        description="migrate: on every MySQL server that answers (mysql_url, then "
+        "mysql_servers), create delayq's tables and the logical shards placed there, and "
+        "apply to every shard, in order, the schema/NNN_*.sql migrations not recorded yet "
+        "(idempotent; a server that does not answer is named, exit 1, and the next run "
+        "goes on there). prune: delete the "
         "fired, cancelled and expired jobs last changed more than --older-than AGE ago (on the "
         "MySQL server's clock), with their history, in every shard and slot, in batches "
         "of retention_batch, one short transaction each (what nodes do every "
         "retention_interval_s for retention_days), and print how many rows went "
-        "(--dry-run: how many would); pending, retrying and dead jobs stay.",
+        "(--dry-run: how many would); pending, retrying and dead jobs stay. "
+        "move-shard SHARD --to SERVER: move a logical shard (the database <main>_SHARD) "
+        "to another MySQL server while nodes and producers run: copy its rows, catch up, "
+        "switch (its tables on the old server are renamed into <main>_SHARD_moved, kept "
+        "until you drop them), final copy; prints progress and, at the end, the rows "
+        "copied and the pause. Run it again after a crash: it goes on where it stopped "
+        "(docs/cluster.md).",
     )
-    db.add_argument("action", choices=["migrate", "prune"], help="migrate or prune")
+    db.add_argument(
+        "action", choices=["migrate", "prune", "move-shard"], help="migrate, prune or move-shard"
+    )
+    db.add_argument(
+        "shard",
+        nargs="?",
+        type=_shard_index,
+        help="move-shard: the logical shard, 0..mysql_databases-1",
+    )
+    db.add_argument(
+        "--to",
+        metavar="SERVER",
+        help="move-shard (required): the server to move it to, by index (0 is mysql_url, "
+        "1, 2, ... the mysql_servers in order) or by its host:port",
+    )
     db.add_argument(
         "--older-than",
         metavar="AGE",
@@ -346,6 +386,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _shard_index(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a shard number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 

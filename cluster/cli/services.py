@@ -24,4 +24,6 @@ def services(args: argparse.Namespace) -> int:
         secure=args.secure,
         kafka=args.kafka,
         kafka_brokers=args.kafka_brokers,
+        mysql_servers_count=args.mysql_servers,
+        galera_cluster=args.galera,
     )

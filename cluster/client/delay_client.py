@@ -223,12 +223,14 @@ class DelayClient:
         """Schedule one job inside the caller's own MySQL transaction; returns its job_id.
 
         `conn` is the caller's aiomysql connection with a transaction open (after
-        `await conn.begin()`), on the MySQL server that holds delayq's database, as a
-        user allowed to INSERT into delayq's tables. The job's row (and a row of the
-        shard's outbox) is written there and not committed: the job exists if and only
-        if the caller's transaction commits. Once it commits, the node owning the job's
-        slot finds it in the outbox within about outbox_poll_ms and adds it to Redis
-        (actors/outbox.py). Arguments as for schedule(); the same job_id twice is one job.
+        `await conn.begin()`), on the MySQL server that holds the job's shard (with
+        several servers: give a job_id and use the server server_of(job_id) names), as
+        a user allowed to INSERT into delayq's tables; another server: StoreMismatch.
+        The job's row (and a row of the shard's outbox) is written there and not
+        committed: the job exists if and only if the caller's transaction commits. Once
+        it commits, the node owning the job's slot finds it in the outbox within about
+        outbox_poll_ms and adds it to Redis (actors/outbox.py). Arguments as for
+        schedule(); the same job_id twice is one job.
         """
         job = validate(
             topic=topic,
@@ -245,6 +247,12 @@ class DelayClient:
         # Works on a client that is not open: the write uses the caller's connection.
         await schedule_in_transaction(self.mysql, conn, job)
         return job.job_id
+
+    async def server_of(self, job_id: str) -> str:
+        """ "host:port" of the MySQL server holding job_id's row: where schedule_in()'s
+        connection must be (docs/cluster.md). StoreUnavailable: its server is down."""
+        await self.mysql.router.home_of(self.mysql.shard_of(job_id)[0])
+        return self.mysql.server_of(job_id).name
 
     # ----- cancel, reschedule (cluster/client/job_changes.py), get ----------------------
 
@@ -276,9 +284,14 @@ class DelayClient:
         """The durable record of a job (status, due time, attempts), or None.
 
         The status is MySQL's: a job fired a moment ago may still read pending for
-        the few milliseconds until its node records it.
+        the few milliseconds until its node records it. StoreUnavailable when the MySQL
+        server holding it does not answer.
         """
-        return await self.mysql.get(check_job_id(job_id))
+        job_id = check_job_id(job_id)
+        try:
+            return await self.mysql.get(job_id)
+        except UNREACHABLE as exc:
+            raise StoreUnavailable(f"MySQL is unreachable, {job_id!r} was not read: {exc}") from exc
 
     # ----- expired jobs ------------------------------------------------------------------
 

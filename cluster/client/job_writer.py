@@ -11,10 +11,11 @@ transaction and leaves the Redis step to the node owning the job's slot
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import pymysql
 import redis.exceptions
@@ -24,6 +25,7 @@ from cluster.errors import (
     InvalidJob,
     OutcomeUnknown,
     RedisStepFailed,
+    ScheduleIncomplete,
     SlotsFailed,
     StoreMismatch,
     StoreUnavailable,
@@ -33,7 +35,7 @@ from cluster.model.jobs import Job, ValidJob, now_ms, validate_job
 from cluster.model.keys import slot_of
 from cluster.scripts.facade import NewJob, Scripts
 from cluster.settings.config import Settings
-from cluster.store.mysql_store import JobRecord, MySQLStore
+from cluster.store.mysql_store import JobRecord, MySQLStore, PartialCommit
 
 MAX_BATCH = 100_000
 # Pauses before adding again a job whose add met a cancel's tombstone (_add_refused_again).
@@ -116,7 +118,8 @@ async def schedule_in_transaction(mysql: MySQLStore, conn: Any, job: ValidJob) -
         if exc.args and exc.args[0] in _NOT_REACHABLE_HERE:
             raise StoreMismatch(
                 f"delayq's tables ({mysql.database!r}) cannot be written through "
-                f"this connection: it must reach the MySQL server of mysql_url, as a "
+                f"this connection: it must reach the MySQL server holding the job's "
+                f"shard (DelayClient.server_of(job_id)), as a "
                 f"user allowed to INSERT into them: {exc}"
             ) from exc
         raise
@@ -175,7 +178,9 @@ class JobWriter:
                 raise unknown from exc
             if len(rows) < len(jobs):
                 raise unknown from exc
-        except UNREACHABLE as exc:
+        except PartialCommit as exc:
+            await self._partly_committed(jobs, slots, keyed, exc)
+        except (*UNREACHABLE, StoreUnavailable) as exc:
             raise StoreUnavailable(f"MySQL is unreachable, nothing was scheduled: {exc}") from exc
         else:
             rows = {}
@@ -192,6 +197,38 @@ class JobWriter:
                 [job.job_id for job in jobs],
             ) from exc
         return inserted
+
+    async def _partly_committed(
+        self, jobs: list[ValidJob], slots: list[int], keyed: set[str], exc: PartialCommit
+    ) -> NoReturn:
+        """A batch over several servers of which some committed: add those jobs to
+        Redis, and say which jobs are scheduled, which not, and which unknown."""
+        ids = [job.job_id for job in jobs]
+        committed, unknown = list(exc.committed), list(exc.unknown)
+        if unknown:
+            # As after a lost commit on one server: rows that are there were committed.
+            with contextlib.suppress(*UNREACHABLE, StoreUnavailable):
+                rows = await self.mysql.get_many([ids[i] for i in unknown])
+                committed += [i for i in unknown if ids[i] in rows]
+                unknown = [i for i in unknown if ids[i] not in rows]
+        committed.sort()
+        note = ""
+        try:
+            await self._add_committed(
+                [jobs[i] for i in committed],
+                [slots[i] for i in committed],
+                keyed & {ids[i] for i in committed},
+                {},
+            )
+        except (*UNREACHABLE, redis.exceptions.RedisError, TimeoutError, OutcomeUnknown):
+            note = "; adding the scheduled ones to Redis failed: their nodes add them from MySQL"
+        raise ScheduleIncomplete(
+            f"{len(committed)} of {len(jobs)} job(s) scheduled, {len(exc.refused)} not "
+            f"scheduled and {len(unknown)} unknown: a MySQL server failed ({exc.cause}){note}",
+            [ids[i] for i in committed],
+            [ids[i] for i in exc.refused],
+            [ids[i] for i in unknown],
+        ) from exc.cause
 
     async def _add_committed(
         self,

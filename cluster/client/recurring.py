@@ -217,7 +217,7 @@ class RecurringSchedules:
         return schedule
 
     async def _put(self, definition: Definition) -> None:
-        async with self.store.transaction() as (conn, cur):
+        async with self.store.transaction(definition.name) as (conn, cur):
             current = await self.store.lock(cur, definition.name)
             now = now_ms()
             if current is None:
@@ -252,7 +252,7 @@ class RecurringSchedules:
     async def remove(self, name: str) -> bool:
         """Stop a schedule: True if it was there. Its ticks that are jobs already and
         due from now on are cancelled (one being published at this moment fires)."""
-        async with self.store.transaction() as (_, cur):
+        async with self.store.transaction(name) as (_, cur):
             current = await self.store.lock(cur, name)
             if current is None or current.removed:
                 return False

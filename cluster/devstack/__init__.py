@@ -10,6 +10,9 @@ It may import every layer below the CLI (tests/unit/test_layout.py).
   (and, in the secure stack, with TLS and passwords)
 - ``brokers``: which Kafka broker the stack runs (Apache Kafka or Tansu) and what
   follows from it: its services, bootstrap list and client settings
+- ``mysql_servers``: the extra MariaDB servers of ``--mysql-servers N`` (mysql-1, …)
+- ``galera``: the three-node MariaDB Galera cluster of ``--galera`` (galera-1..3), and
+  ``start_node(i)`` to restart a node a fault test killed
 - ``secure``: the secure stack's CA, server certificate and passwords
 - ``processes``: spawning, liveness, port ownership and stopping, through psutil
 - ``packages``: finding programs and installing missing Debian packages

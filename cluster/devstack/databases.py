@@ -7,28 +7,32 @@ Development tooling only: the runtime never imports devstack.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import AsyncIterator
+
+import pymysql
 
 from cluster.connections.redis_conn import open_redis
 from cluster.settings.config import Settings
 from cluster.store.connect import connect
 from cluster.store.mysql_store import MySQLStore
+from cluster.store.servers import server_specs, with_database
 from cluster.store.sql import mysql_connect_args
 
 
 async def create_cluster_database(
     settings: Settings, database: str, *, migrate: bool = True
 ) -> Settings:
-    """Create a new database for one cluster, migrate it (unless migrate=False), and
-    return settings that point at it."""
-    admin = {**mysql_connect_args(settings), "db": None}
-    conn = await connect(**admin)
-    try:
-        async with conn.cursor() as cur:
-            await cur.execute(f"CREATE DATABASE `{database}`")
-    finally:
-        conn.close()
-    created = settings.replace(mysql_url=settings.mysql_url.rsplit("/", 1)[0] + f"/{database}")
+    """Create a new database for one cluster on each of its MySQL servers, migrate it
+    (unless migrate=False), and return settings that point at it."""
+    created = with_database(settings, database)
+    for server in server_specs(created):
+        conn = await connect(**{**mysql_connect_args(created, server.url), "db": None})
+        try:
+            async with conn.cursor() as cur:
+                await cur.execute(f"CREATE DATABASE `{database}`")
+        finally:
+            conn.close()
     if migrate:
         store = MySQLStore(created, "setup")
         await store.open(check_schema=False)
@@ -40,17 +44,24 @@ async def create_cluster_database(
 
 
 async def drop_cluster_database(settings: Settings) -> None:
-    """Drop the database settings.mysql_url names and every shard database."""
+    """Drop, on every server, the database settings.mysql_url names and every shard
+    database (and the tables a shard move left behind)."""
     store = MySQLStore(settings, "teardown")
     # With several shard databases the named one holds only delayq_meta and the migrations.
-    names = {store.database} | {store.database_name(d) for d in range(settings.mysql_databases)}
-    conn = await connect(**{**mysql_connect_args(settings), "db": None})
-    try:
-        async with conn.cursor() as cur:
-            for db in sorted(names):
-                await cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
-    finally:
-        conn.close()
+    names = {store.database}
+    for d in range(settings.mysql_databases):
+        names |= {store.database_name(d), f"{store.database_name(d)}_moved"}
+    for server in store.servers:
+        conn = await connect(**{**mysql_connect_args(settings, server.url), "db": None})
+        try:
+            async with conn.cursor() as cur:
+                with warnings.catch_warnings():
+                    # "IF EXISTS" on a database that is not there is a MySQL warning.
+                    warnings.simplefilter("ignore", pymysql.Warning)
+                    for db in sorted(names):
+                        await cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+        finally:
+            conn.close()
 
 
 async def forget_cluster(settings: Settings) -> None:

@@ -1,6 +1,8 @@
 """MySQL of the local stack: ``mariadbd`` with database ``delayq`` and user delayq/delayq.
 How to initialise its data folder (once), write its config, start it, create the database
-and user (on every start), and probe it with the ``mariadb`` client.
+and user (on every start), and probe it with the ``mariadb`` client. Every function takes
+the ``Service``, so one module serves each MariaDB server of the stack; ``prepare_with``
+adds [mysqld] options (the small caches of the extra servers of ``--mysql-servers``).
 
 In the secure stack (``svc.secrets`` set) the server has a TLS certificate, and the
 delayq user has a generated password, must use TLS (REQUIRE SSL), and may only touch
@@ -15,6 +17,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cluster.devstack.packages import require_program
@@ -53,7 +56,30 @@ def _os_user() -> str:
     return pwd.getpwuid(os.geteuid()).pw_name
 
 
+# The extra servers of `--mysql-servers N` share the machine with everything else: small
+# caches (MariaDB's defaults: a 128M buffer pool, 128M of Aria and MyISAM key caches).
+SMALL_MEMORY = (
+    "innodb_buffer_pool_size = 64M",
+    "key_buffer_size = 8M",
+    "aria_pagecache_buffer_size = 8M",
+    "performance_schema = OFF",
+)
+
+
+def prepare_with(options: Sequence[str]) -> Callable[[Service], None]:
+    """``prepare`` with more [mysqld] options (they win over the ones before them)."""
+
+    def prepare_server(svc: Service) -> None:
+        _prepare(svc, options)
+
+    return prepare_server
+
+
 def prepare(svc: Service) -> None:
+    _prepare(svc, ())
+
+
+def _prepare(svc: Service, options: Sequence[str]) -> None:
     svc.dir.mkdir(parents=True, exist_ok=True)
     datadir = _datadir(svc)
     lines = [
@@ -76,6 +102,7 @@ def prepare(svc: Service) -> None:
             f"ssl_key = {svc.secrets.key_file}",
             f"ssl_ca = {svc.secrets.ca_file}",
         ]
+    lines += options
     if os.geteuid() == 0:
         lines.append("user = root")  # mariadbd refuses to run as root without it
     _config(svc).write_text("\n".join(lines) + "\n")

@@ -50,6 +50,9 @@ SECURE_PORTS: dict[str, int] = {
     "kafka": 19093,
     "kafka-broker": 19094,
 }
+# With --mysql-servers N (DELAYQ_SERVICES_MYSQL_SERVERS=N): N MariaDB servers, "mysql" and
+# mysql-1 .. mysql-<N-1> on the mysql port + 10 * i (cluster/devstack/mysql_servers.py).
+MYSQL_SERVERS_MAX = 9
 SECURE_CLUSTER_PORTS: dict[str, int] = {"redis-c1": 17011, "redis-c2": 17012, "redis-c3": 17013}
 SECURE_REPLICA_PORTS: dict[str, int] = {"redis-c4": 17014, "redis-c5": 17015, "redis-c6": 17016}
 MYSQL_DATABASE = "delayq"
@@ -113,6 +116,9 @@ def service_port(name: str, *, secure: bool = False) -> int:
     variable = port_variable(name, secure=secure)
     raw = os.environ.get(variable)
     if raw is None:
+        server = name.removeprefix("mysql-")
+        if server != name and server.isdigit():  # an extra MariaDB server: mysql-<i>
+            return service_port("mysql", secure=secure) + 10 * int(server)
         if secure:
             return {
                 **SECURE_PORTS,
@@ -138,6 +144,20 @@ def redis_cluster_wanted() -> bool:
 def redis_replicas_wanted() -> bool:
     """Whether the Redis Cluster gets a replica per master (which implies the cluster)."""
     return _flag("DELAYQ_SERVICES_REDIS_REPLICAS")
+
+
+def mysql_servers_wanted() -> int | None:
+    """How many MariaDB servers the stack is asked to run (DELAYQ_SERVICES_MYSQL_SERVERS,
+    1 to MYSQL_SERVERS_MAX), or None when the variable is not set."""
+    variable = "DELAYQ_SERVICES_MYSQL_SERVERS"
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not 1 <= int(raw) <= MYSQL_SERVERS_MAX:
+        raise ServicesError(
+            f"{variable}={raw!r}: the stack runs 1 to {MYSQL_SERVERS_MAX} MariaDB servers"
+        )
+    return int(raw)
 
 
 def kafka_broker_wanted() -> str:

@@ -5,7 +5,8 @@ Docker needed:
 
 ==========  =====  =============================================================
 redis       16379  ``redis-server`` with AOF (appendfsync everysec, noeviction)
-mysql       13306  ``mariadbd`` with database ``delayq`` and user delayq/delayq
+mysql       13306  ``mariadbd`` with database ``delayq`` and user delayq/delayq; with
+                   ``--mysql-servers 3`` also mysql-1 (13316) and mysql-2 (13326)
 zookeeper   12181  ZooKeeper standalone (``QuorumPeerMain``) on Java
 kafka       19092  Apache Kafka in KRaft mode (cluster/devstack/kafka.py); with
                    ``--kafka-brokers 3`` also kafka-2 (19192) and kafka-3 (19292)
@@ -46,7 +47,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cluster.devstack import brokers, kafka, mariadb, processes, redis_server, tansu, zookeeper
+from cluster.devstack import galera as galera_nodes
 from cluster.devstack import secure as secure_stack
+from cluster.devstack.mysql_servers import extra_env, extra_services, refuse_secure
 from cluster.devstack.packages import ensure_packages
 from cluster.devstack.service import (
     CLUSTER_PORTS,
@@ -133,6 +136,7 @@ def services(*, with_cluster: bool | None = None, secure: bool = False) -> list[
         service(
             "mysql", "mariadbd", mariadb.prepare, mariadb.command, mariadb.probe, mariadb.setup
         ),
+        *extra_services(service, root, secure),
         service(
             "zookeeper", "QuorumPeerMain", zookeeper.prepare, zookeeper.command, zookeeper.probe
         ),
@@ -182,6 +186,7 @@ def stack_env(*, secure: bool = False) -> dict[str, str]:
         "DELAYQ_ZK_HOSTS": f"{HOST}:{ports['zookeeper']}",
         **brokers.kafka_env(),
         **_replication_env(secure=False),
+        **extra_env(),
     }
 
 
@@ -344,7 +349,7 @@ def down(purge: bool = False, *, secure: bool = False) -> None:
         root = stack_root(secure)
         for svc in stack:  # only our own folders: the state dir may be set to anything
             shutil.rmtree(svc.dir, ignore_errors=True)
-            if svc.name == "mysql":
+            if svc.marker == "mariadbd":
                 mariadb.socket_path(svc).unlink(missing_ok=True)
         if secure:
             shutil.rmtree(root / "tls", ignore_errors=True)
@@ -388,12 +393,18 @@ def run(
     secure: bool = False,
     kafka: str | None = None,
     kafka_brokers: int | None = None,
+    mysql_servers_count: int | None = None,
+    galera_cluster: bool = False,
 ) -> int:
     """Run ``up``, ``down``, ``status`` or ``env``; return the process exit code.
     ``redis_cluster`` adds the three-master Redis Cluster (and points ``env`` at it),
     ``replicas`` (0 or 1) a replica of each master; ``secure`` acts on the secure stack
     instead of the plain one; ``kafka`` picks the broker ("apache" or "tansu") and
-    ``kafka_brokers`` how many Apache Kafka nodes (1 or 3)."""
+    ``kafka_brokers`` how many Apache Kafka nodes (1 or 3); ``mysql_servers_count`` how
+    many MariaDB servers (cluster/devstack/mysql_servers.py); ``galera_cluster`` acts
+    on the three-node Galera cluster instead (cluster/devstack/galera.py)."""
+    if galera_cluster:
+        return galera_nodes.run(command, purge=purge, secure=secure)
     if replicas not in (0, 1):
         print("delayq services: --replicas must be 0 or 1", file=sys.stderr)
         return 2
@@ -405,7 +416,10 @@ def run(
         os.environ["DELAYQ_SERVICES_KAFKA"] = kafka
     if kafka_brokers is not None:
         os.environ["DELAYQ_SERVICES_KAFKA_BROKERS"] = str(kafka_brokers)
+    if mysql_servers_count is not None:
+        os.environ["DELAYQ_SERVICES_MYSQL_SERVERS"] = str(mysql_servers_count)
     try:
+        refuse_secure(secure)
         if command == "up":
             up(secure=secure)
             return 0

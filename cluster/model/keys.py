@@ -35,6 +35,8 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
+from cluster.model.tick_ids import RECURRING_PREFIX
+
 WAKE_CHANNEL_SUFFIX = "wake"
 
 SLOT_KEY_NAMES = (
@@ -60,9 +62,16 @@ def slot_of(job_id: str, slots: int) -> int:
 
 
 def shard_of(job_id: str, databases: int, tables: int) -> tuple[int, int]:
-    """(database index, table index) of a job's MySQL row, from its id alone."""
+    """(database index, table index) of a job's MySQL row, from its id alone. A
+    recurring schedule's tick (cluster/model/tick_ids.py) is in its schedule's database,
+    so that the schedule's row and its ticks' jobs are written in one transaction on one
+    server (cluster/store/recurring_store.py)."""
     h = zlib.crc32(job_id.encode()) >> 8  # independent of the low bits used for the slot
-    return h % databases, (h // databases) % tables
+    database = h % databases
+    if databases > 1 and job_id.startswith(RECURRING_PREFIX):
+        name = job_id[len(RECURRING_PREFIX) :].rsplit(":", 2)[0]
+        database = (zlib.crc32(name.encode()) >> 8) % databases
+    return database, (h // databases) % tables
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,10 @@ greeting before anything is sent back (no user name, no password hash, no SET NA
 and checks that the transport is encrypted once the login is done. A refused connection
 raises StoreAccessError and never reaches the pool. docs/security.md.
 
+A server may have several addresses (a Galera cluster's nodes, listed in one mysql_url):
+a new connection tries them in turn, from the one that last worked, passing over one
+that refuses, does not answer within ADDRESS_TIMEOUT_S, or is a Galera node not ready.
+
 A caller's own connection (schedule_in) is checked by check_session_charset instead.
 """
 
@@ -18,9 +22,11 @@ import asyncio
 from typing import Any
 
 import aiomysql
-from pymysql.constants import CLIENT
+import pymysql
+from pymysql.constants import CLIENT, CR, ER
 
 from cluster.errors import InvalidJob, StoreAccessError
+from cluster.store.sql import session_init_extra
 
 __all__ = ["check_session_charset", "connect", "create_pool", "uses_tls"]
 
@@ -53,12 +59,108 @@ def uses_tls(conn: Any) -> bool:
     return writer is not None and writer.get_extra_info("ssl_object") is not None
 
 
+# Per address of a server with several (a Galera cluster's nodes): a node that is down
+# refuses at once, but a frozen one must not hold a new connection up for long.
+ADDRESS_TIMEOUT_S = 2.0
+# The address that last took a connection, per list of addresses: the next connection
+# starts there, so that a pool stays on one node after a failover.
+_last_worked: dict[tuple[tuple[str, int], ...], int] = {}
+
+
 async def connect(**kwargs: Any) -> Any:
     """aiomysql.connect(**kwargs) (an aiomysql.Connection), refusing plain text when
-    kwargs has an "ssl" context (see the module's docstring)."""
+    kwargs has an "ssl" context (see the module's docstring).
+
+    Also takes what sql.parse_mysql_url adds: "wsrep_sync_wait" (set for the session, in
+    the init command) and "addresses", several (host, port) of one server, tried in turn
+    from the one that last worked, each for at most connect_timeout (default
+    ADDRESS_TIMEOUT_S) up to the end of the login, and passed over when it is not a
+    ready Galera node; when none takes the connection, the last one's error is raised."""
+    addresses = [(str(host), int(port)) for host, port in kwargs.pop("addresses", None) or []]
+    kwargs = _with_session_settings(kwargs)
+    if len(addresses) < 2:
+        return await _connect_once(kwargs)
+    key = tuple(addresses)
+    first = _last_worked.get(key, 0) % len(addresses)
+    timeout = kwargs.get("connect_timeout") or ADDRESS_TIMEOUT_S
+    error: BaseException | None = None
+    for index in [*range(first, len(addresses)), *range(first)]:
+        host, port = addresses[index]
+        attempt = {**kwargs, "host": host, "port": port, "connect_timeout": timeout}
+        try:
+            conn = await _connect_once(attempt, deadline_s=timeout)
+        except (pymysql.err.OperationalError, OSError) as exc:
+            error = exc
+            continue
+        try:
+            await _check_ready(conn)
+        except BaseException as exc:
+            conn.close()
+            if not isinstance(exc, pymysql.err.Error | OSError):
+                raise
+            error = exc
+            continue
+        _last_worked[key] = index
+        return conn
+    assert error is not None
+    raise error
+
+
+async def _connect_once(kwargs: dict[str, Any], *, deadline_s: float | None = None) -> Any:
     conn = _Connection(**kwargs)
-    await conn._connect()
+    try:
+        if deadline_s is None:
+            await conn._connect()
+        else:
+            # aiomysql's connect_timeout covers the TCP connect only: a server that
+            # accepts and never greets (frozen) would hold the login up for ever.
+            async with asyncio.timeout(deadline_s):
+                await conn._connect()
+    except TimeoutError:
+        conn.close()
+        raise pymysql.err.OperationalError(
+            CR.CR_CONN_HOST_ERROR,
+            f"Can't connect to MySQL server on {conn.host}:{conn.port} "
+            f"(no answer within {deadline_s:g} s)",
+        ) from None
+    except BaseException:
+        conn.close()  # cancelled mid-login: aiomysql leaves the socket open then
+        raise
     return conn
+
+
+async def _check_ready(conn: Any) -> None:
+    """Refuse a Galera node that is not ready (not in the primary component, or still
+    joining): it takes logins, but answers most statements with error 1047."""
+    async with conn.cursor(aiomysql.Cursor) as cur:
+        await cur.execute(
+            "SHOW STATUS WHERE Variable_name IN ('wsrep_provider_name', 'wsrep_ready')"
+        )
+        status = {str(name): str(value) for name, value in await cur.fetchall()}
+    # No provider name: not a Galera node (MariaDB built with wsrep reports OFF then).
+    if status.get("wsrep_provider_name") and status.get("wsrep_ready", "").upper() != "ON":
+        raise pymysql.err.OperationalError(
+            ER.UNKNOWN_COM_ERROR, f"Galera node {conn.host}:{conn.port} is not ready"
+        )
+
+
+def _with_session_settings(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """kwargs without "wsrep_sync_wait", which goes into the init command instead
+    (unless the caller's init command, built with sql.session_init_extra, has it)."""
+    if "wsrep_sync_wait" not in kwargs:
+        return kwargs
+    kwargs = dict(kwargs)
+    extra = session_init_extra({"wsrep_sync_wait": kwargs.pop("wsrep_sync_wait")})
+    command = kwargs.get("init_command")
+    if not extra or (command is not None and "wsrep_sync_wait" in command):
+        return kwargs
+    if command is None:
+        kwargs["init_command"] = "SET SESSION " + extra.removeprefix(", ")
+    elif command.lstrip()[:4].upper() == "SET ":
+        kwargs["init_command"] = command + extra
+    else:
+        raise ValueError("wsrep_sync_wait needs an init_command that is a SET statement")
+    return kwargs
 
 
 class _Pool(aiomysql.Pool):  # type: ignore[misc]

@@ -1,8 +1,8 @@
 """Listings of the job tables: the expired jobs over every shard, one job's history, the
 outbox's oldest rows, and the jobs changed since a moment (after Redis lost writes).
-Each reads, through `pool`, the tables MySQLStore (cluster/store/mysql_store.py) names
-for it; MySQLStore's methods of the same names call these, and actors/rollback.py calls
-changed_page itself.
+Each reads, through `conn` (a connection to the server of the shards it reads), the
+tables MySQLStore (cluster/store/mysql_store.py) names for it; MySQLStore's methods of the
+same names call these, and actors/rollback.py calls changed_page itself.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ _EXPIRED = str(int(JobStatus.EXPIRED))
 
 
 async def expired_page(
-    pool: aiomysql.Pool, job_tables: Sequence[str], topic: str | None, limit: int
+    conn: Any, job_tables: Sequence[str], topic: str | None, limit: int
 ) -> list[JobRecord]:
     """The jobs that expired most recently (of one topic), newest first, at most
     limit; walks the (status, gmt_modified) index of every shard (migration 003)."""
     by_topic = "" if topic is None else " AND topic = %s"
     params: tuple[Any, ...] = () if topic is None else (topic,)
     found: list[JobRecord] = []
-    async with pool.acquire() as conn, conn.cursor() as cur:
+    async with conn.cursor() as cur:
         for table in job_tables:
             await cur.execute(
                 f"SELECT {JOB_COLUMNS} FROM {table} WHERE status = {_EXPIRED}{by_topic}"
@@ -42,12 +42,12 @@ async def expired_page(
     return found[:limit]
 
 
-async def count_expired(pool: aiomysql.Pool, job_tables: Sequence[str], topic: str | None) -> int:
+async def count_expired(conn: Any, job_tables: Sequence[str], topic: str | None) -> int:
     """How many jobs are expired (of one topic), in every shard."""
     by_topic = "" if topic is None else " AND topic = %s"
     params: tuple[Any, ...] = () if topic is None else (topic,)
     count = 0
-    async with pool.acquire() as conn, conn.cursor() as cur:
+    async with conn.cursor() as cur:
         for table in job_tables:
             await cur.execute(
                 f"SELECT COUNT(*) FROM {table} WHERE status = {_EXPIRED}{by_topic}", params
@@ -57,9 +57,9 @@ async def count_expired(pool: aiomysql.Pool, job_tables: Sequence[str], topic: s
     return count
 
 
-async def history(pool: aiomysql.Pool, history_table: str, job_id: str) -> list[dict[str, Any]]:
+async def history(conn: Any, history_table: str, job_id: str) -> list[dict[str, Any]]:
     """A job's status changes, oldest first."""
-    async with pool.acquire() as conn, conn.cursor(aiomysql.DictCursor) as cur:
+    async with conn.cursor(aiomysql.DictCursor) as cur:
         await cur.execute(
             f"SELECT status, attempt, node, slot, at, note FROM {history_table}"
             " WHERE job_id = %s ORDER BY id",
@@ -69,7 +69,7 @@ async def history(pool: aiomysql.Pool, history_table: str, job_id: str) -> list[
 
 
 async def outbox_pages(
-    pool: aiomysql.Pool,
+    conn: Any,
     outbox_tables: Sequence[tuple[Shard, str]],
     slots: Sequence[int],
     limit: int,
@@ -85,7 +85,7 @@ async def outbox_pages(
         f" WHERE slot IN ({listed}) ORDER BY id LIMIT {int(limit)})"
         for index, (_, table) in enumerate(outbox_tables)
     )
-    async with pool.acquire() as conn, conn.cursor() as cur:
+    async with conn.cursor() as cur:
         await cur.execute(pages)
         rows = await cur.fetchall()
     found: dict[Shard, list[tuple[int, str, int]]] = {}
@@ -98,7 +98,7 @@ async def outbox_pages(
 
 
 async def changed_page(
-    pool: aiomysql.Pool,
+    conn: Any,
     job_table: str,
     status: JobStatus,
     after: tuple[dt.datetime, str],
@@ -113,7 +113,7 @@ async def changed_page(
     slot_list = ",".join(str(int(slot)) for slot in slots) or "NULL"
     created = " AND gmt_modified > gmt_create" if updated_only else ""
     params: tuple[Any, ...] = (int(status), after[0], after[0], after[1])
-    async with pool.acquire() as conn, conn.cursor() as cur:
+    async with conn.cursor() as cur:
         await cur.execute(
             f"SELECT gmt_modified, job_id, slot, action_time FROM {job_table}"
             " WHERE status = %s AND gmt_modified >= %s AND (gmt_modified > %s OR job_id > %s)"

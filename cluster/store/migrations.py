@@ -10,14 +10,19 @@ To change the schema, add the next numbered file; never edit one that has been a
 Nodes of the previous release keep running on the migrated schema during an upgrade,
 so a migration adds (columns, indexes) and does not take away what that release uses.
 
-The cluster's main database holds two tables besides the shards:
+Each server (cluster/store/servers.py) has the main database and migrates the shards
+it holds; a server not answering is reported and the others go on. A shard no server
+holds is created where mysql_shard_map places it, once every server answers. The main
+database of each server holds three tables besides the shards:
 
 - ``delayq_meta``: the shard layout (databases, tables, key_prefix, slots), fixed by the
   first migrate, and ``schema_version``, the highest applied version (older delayq
   releases read it).
+- ``delayq_shards``: the logical shards the server holds, and their state
+  (cluster/store/routing.py).
 - ``delayq_migrations``: one row per migration (version, name, checksum, shards_done,
   applied_at). A migration is applied once ``applied_at`` is set, after it ran on every
-  shard. ``shards_done`` counts the shards, in layout order, that it ran on, so that a
+  shard of the server. ``shards_done`` counts the shards, in layout order, that it ran on, so that a
   rerun after a failure continues with the shard that failed instead of repeating DDL
   that MySQL cannot roll back.
 
@@ -37,6 +42,7 @@ import hashlib
 import importlib.resources
 import re
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
 from typing import Any, Protocol
@@ -46,6 +52,9 @@ import pymysql
 
 from cluster.errors import SchemaError
 from cluster.settings.config import Settings
+from cluster.store.routing import COPYING, HOME, recorded_shards
+from cluster.store.servers import ServerSpec, initial_placement
+from cluster.store.tick_rows import place_tick_rows
 
 MIGRATION_NAME = re.compile(r"(\d{3})_([a-z0-9_]+)\.sql")
 # A statement ends with ";" at the end of a line (as in every schema file so far).
@@ -55,8 +64,7 @@ LOCK_WAIT_S = 60
 
 class ShardedDatabase(Protocol):
     """What migrating and checking need of a store (MySQLStore is one): its settings,
-    its connection pool, and the names of its databases and tables. A Protocol, so this
-    module needs nothing of the store's own module, which calls it."""
+    servers, pools and table names. A Protocol: the store's module calls this one."""
 
     @property
     def settings(self) -> Settings: ...
@@ -65,11 +73,15 @@ class ShardedDatabase(Protocol):
     def database(self) -> str: ...
 
     @property
-    def pool(self) -> aiomysql.Pool: ...
+    def servers(self) -> list[ServerSpec]: ...
+
+    async def server_pool(self, index: int) -> aiomysql.Pool: ...
+
+    def open_pools(self) -> dict[int, aiomysql.Pool]: ...
 
     def database_name(self, db_index: int) -> str: ...
 
-    def all_shards(self) -> list[tuple[int, int]]: ...
+    def all_shards(self, databases: Iterable[int] | None = None) -> list[tuple[int, int]]: ...
 
     def shard_tables(self, shard: tuple[int, int]) -> tuple[str, str]: ...
 
@@ -151,7 +163,8 @@ class MigrationReport:
     applied: list[str] = field(default_factory=list)  # files run by this migrate
     adopted: list[str] = field(default_factory=list)  # recorded without running them
     versions: int = 0  # migrations this delayq knows, all applied now
-    shards: int = 0  # job tables each migration runs on
+    shards: int = 0  # job tables each migration runs on, over every server
+    servers_down: list[str] = field(default_factory=list)  # "server 1 (host:port): why"
     newer: list[int] = field(default_factory=list)  # recorded versions this delayq lacks
     warnings: list[str] = field(default_factory=list)
 
@@ -182,29 +195,76 @@ async def read_meta(cur: Any, database: str) -> dict[str, str]:
 async def apply_migrations(
     store: ShardedDatabase, directory: Traversable | None = None
 ) -> MigrationReport:
-    """Create the shard databases and apply the migrations not yet applied to every
-    shard, in order; record the layout. Running it again applies nothing."""
+    """On every server that answers: the main database's tables, the shard databases,
+    and each shard's migrations not yet applied, in order. A rerun applies nothing."""
     migrations = load_migrations(directory)
+    report = MigrationReport(versions=len(migrations))
+    recorded: dict[int, dict[int, str]] = {}
+    for spec in store.servers:
+        try:
+            async with (await store.server_pool(spec.index)).acquire() as conn:
+                async with conn.cursor() as cur:
+                    recorded[spec.index] = await recorded_shards(
+                        cur, store.database, store.settings.mysql_databases
+                    )
+        except (pymysql.err.OperationalError, OSError) as exc:
+            report.servers_down.append(f"{spec}: {exc}")
+    plan = _plan(store, recorded)
+    for index in sorted(recorded):
+        spec = store.servers[index]
+        try:
+            async with (await store.server_pool(index)).acquire() as conn:
+                async with conn.cursor() as cur:
+                    part = await _migrate_locked(store, cur, migrations, plan[index])
+        except (pymysql.err.OperationalError, OSError) as exc:
+            report.servers_down.append(f"{spec}: {exc}")
+            continue
+        report.shards += part.shards
+        report.applied += [m for m in part.applied if m not in report.applied]
+        report.adopted += [m for m in part.adopted if m not in report.adopted]
+        report.warnings += part.warnings
+        report.newer = sorted(set(report.newer) | set(part.newer))
+    return report
+
+
+def _plan(store: ShardedDatabase, recorded: dict[int, dict[int, str]]) -> dict[int, list[int]]:
+    """The logical shards each answering server holds or is to hold."""
+    plan = {
+        index: sorted(d for d, state in rows.items() if state in (HOME, COPYING))
+        for index, rows in recorded.items()
+    }
+    if len(recorded) == len(store.servers):
+        known = {d for rows in recorded.values() for d in rows}
+        placement = initial_placement(store.settings, len(store.servers))
+        for d, index in sorted(placement.items()):
+            if d not in known:
+                plan[index].append(d)
+    return plan
+
+
+async def _migrate_locked(
+    store: ShardedDatabase, cur: Any, migrations: list[Migration], dbs: list[int]
+) -> MigrationReport:
     lock = f"delayq_migrate:{store.database}"[:64]
     with warnings.catch_warnings():
         # "IF NOT EXISTS" on an existing database or table is a MySQL warning.
         warnings.simplefilter("ignore", pymysql.Warning)
-        async with store.pool.acquire() as conn, conn.cursor() as cur:
-            # Two migrates at once would run the same DDL twice.
-            await cur.execute("SELECT GET_LOCK(%s, %s)", (lock, LOCK_WAIT_S))
-            if (await cur.fetchone())[0] != 1:
-                raise SchemaError(f"another `delayq db migrate` of {store.database!r} is running")
-            try:
-                return await _migrate(store, cur, migrations)
-            finally:
-                with contextlib.suppress(pymysql.MySQLError):
-                    await cur.execute("SELECT RELEASE_LOCK(%s)", (lock,))
+        # Two migrates at once would run the same DDL twice.
+        await cur.execute("SELECT GET_LOCK(%s, %s)", (lock, LOCK_WAIT_S))
+        if (await cur.fetchone())[0] != 1:
+            raise SchemaError(f"another `delayq db migrate` of {store.database!r} is running")
+        try:
+            return await _migrate(store, cur, migrations, dbs)
+        finally:
+            with contextlib.suppress(pymysql.MySQLError):
+                await cur.execute("SELECT RELEASE_LOCK(%s)", (lock,))
 
 
 async def _migrate(
-    store: ShardedDatabase, cur: Any, migrations: list[Migration]
+    store: ShardedDatabase, cur: Any, migrations: list[Migration], dbs: list[int]
 ) -> MigrationReport:
     main = f"`{store.database}`"
+    await cur.execute(f"CREATE DATABASE IF NOT EXISTS {main}")
     await cur.execute(
         f"CREATE TABLE IF NOT EXISTS {main}.delayq_meta ("
         " name VARCHAR(64) NOT NULL PRIMARY KEY, value VARCHAR(255) NOT NULL)"
@@ -225,7 +285,7 @@ async def _migrate(
             f"database is laid out as {meta}, settings ask for {wanted}; the "
             "shard layout and key prefix of an existing deployment cannot change"
         )
-    shards = store.all_shards()
+    shards = store.all_shards(dbs)
     report = MigrationReport(shards=len(shards))
     records = await _read_records(cur, store.database)
     if not records and meta.get("schema_version"):
@@ -242,8 +302,20 @@ async def _migrate(
         await cur.execute(
             f"REPLACE INTO {main}.delayq_meta (name, value) VALUES (%s, %s)", (name, value)
         )
-    for d in range(store.settings.mysql_databases):
+    await cur.execute(
+        f"CREATE TABLE IF NOT EXISTS {main}.delayq_shards ("
+        " db_index INT UNSIGNED NOT NULL PRIMARY KEY COMMENT 'logical shard',"
+        " state VARCHAR(16) NOT NULL COMMENT 'home, copying (a move) or moved',"
+        " changed_at DATETIME(3) NOT NULL"
+        ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+    )
+    for d in dbs:
         await cur.execute(f"CREATE DATABASE IF NOT EXISTS `{store.database_name(d)}`")
+        await cur.execute(
+            f"INSERT IGNORE INTO {main}.delayq_shards (db_index, state, changed_at)"
+            f" VALUES (%s, '{HOME}', NOW(3))",
+            (d,),
+        )
     for migration in migrations:
         record = records.get(migration.version)
         if record is not None and record.applied:
@@ -264,13 +336,15 @@ async def _migrate(
                         "with this shard"
                     ) from exc
             await _record(cur, main, migration, index + 1, applied=index + 1 == len(shards))
+        if not shards:  # a server holding no shard (yet): applied all the same
+            await _record(cur, main, migration, 0, applied=True)
         report.applied.append(migration.name)
         await cur.execute(
             f"REPLACE INTO {main}.delayq_meta (name, value) VALUES ('schema_version', %s)",
             (str(migration.version),),
         )
-    report.versions = len(migrations)
     report.newer = sorted(v for v in records if v > len(migrations))
+    await place_tick_rows(store, cur, dbs)  # older clusters' ticks to their schedule's shard
     return report
 
 
@@ -312,46 +386,52 @@ async def _read_records(cur: Any, database: str) -> dict[int, _Record]:
     }
 
 
-async def _record(
-    cur: Any, main: str, migration: Migration, shards_done: int, *, applied: bool
-) -> None:
+async def _record(cur: Any, main: str, migration: Migration, done: int, *, applied: bool) -> None:
     await cur.execute(
         f"REPLACE INTO {main}.delayq_migrations"
         " (version, name, checksum, shards_done, applied_at)"
         f" VALUES (%s, %s, %s, %s, {'NOW(3)' if applied else 'NULL'})",
-        (migration.version, migration.name, migration.checksum, shards_done),
+        (migration.version, migration.name, migration.checksum, done),
     )
 
 
 async def check_schema(store: ShardedDatabase, directory: Traversable | None = None) -> None:
     """Refuse a database that is not migrated, misses a migration this delayq knows, or
-    was laid out for other settings (what nodes and producers check on open)."""
+    was laid out for other settings (what nodes and producers check on open), on every
+    server whose pool is open (a server that did not answer is checked by no one: its
+    shards stay unavailable until it answers)."""
     migrations = load_migrations(directory)
-    async with store.pool.acquire() as conn, conn.cursor() as cur:
-        try:
-            meta = await read_meta(cur, store.database)
-        except aiomysql.ProgrammingError:
-            meta = {}
-        if not meta:
-            raise SchemaError(
-                f"database {store.database!r} has no delayq schema: run `delayq db migrate`"
-            )
-        try:
-            records = await _read_records(cur, store.database)
-            applied = {version for version, record in records.items() if record.applied}
-        except aiomysql.ProgrammingError:
-            # Not adopted yet: the old schema_version says what ran.
-            applied = set(range(1, int(meta.get("schema_version", "0")) + 1))
+    for index, pool in sorted(store.open_pools().items()):
+        async with pool.acquire() as conn, conn.cursor() as cur:
+            await _check_server(store, store.servers[index], cur, migrations)
+
+
+async def _check_server(
+    store: ShardedDatabase, server: ServerSpec, cur: Any, migrations: list[Migration]
+) -> None:
+    where = f"database {store.database!r}" + (f" on {server}" if len(store.servers) > 1 else "")
+    try:
+        meta = await read_meta(cur, store.database)
+    except aiomysql.ProgrammingError:
+        meta = {}
+    if not meta:
+        raise SchemaError(f"{where} has no delayq schema: run `delayq db migrate`")
+    try:
+        records = await _read_records(cur, store.database)
+        applied = {version for version, record in records.items() if record.applied}
+    except aiomysql.ProgrammingError:
+        # Not adopted yet: the old schema_version says what ran.
+        applied = set(range(1, int(meta.get("schema_version", "0")) + 1))
     missing = [m.name for m in migrations if m.version not in applied]
     if missing:
         raise SchemaError(
-            f"the delayq schema is out of date ({', '.join(missing)} not applied): "
+            f"the delayq schema of {where} is out of date ({', '.join(missing)} not applied): "
             "run `delayq db migrate`"
         )
     wanted = layout_of(store.settings)
     if meta.get("key_prefix", wanted["key_prefix"]) != wanted["key_prefix"]:
         raise SchemaError(
-            f"database {store.database!r} belongs to the cluster with key_prefix "
+            f"{where} belongs to the cluster with key_prefix "
             f"{meta.get('key_prefix')!r}, not {wanted['key_prefix']!r}: give each cluster "
             "its own database"
         )

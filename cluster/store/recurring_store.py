@@ -187,22 +187,38 @@ class RecurringStore:
 
     # ----- reading ---------------------------------------------------------------------
 
+    def _db_of(self, name: str) -> int:
+        return shard_of(name, self.settings.mysql_databases, self.settings.mysql_tables)[0]
+
     async def get(self, name: str) -> RecurringSchedule | None:
-        async with self.mysql.pool.acquire() as conn, conn.cursor() as cur:
-            await cur.execute(f"SELECT {_COLUMNS} FROM {self.table_of(name)} WHERE name = %s", name)
-            row = await cur.fetchone()
+        async def read(conn: Any) -> Any:
+            async with conn.cursor() as cur:
+                await cur.execute(
+                    f"SELECT {_COLUMNS} FROM {self.table_of(name)} WHERE name = %s", name
+                )
+                return await cur.fetchone()
+
+        row = await self.mysql.router.run(self._db_of(name), read)
         return None if row is None else schedule_of_row(row)
 
     async def list_all(self, *, removed: bool = False) -> list[RecurringSchedule]:
         """Every schedule of every shard, by name; removed ones too with removed=True."""
         found: list[RecurringSchedule] = []
         where = "" if removed else " WHERE removed = 0"
-        async with self.mysql.pool.acquire() as conn, conn.cursor() as cur:
-            for shard in self.mysql.all_shards():
-                await cur.execute(
-                    f"SELECT {_COLUMNS} FROM {self.mysql.recurring_table(shard)}{where}"
-                )
-                found += [schedule_of_row(row) for row in await cur.fetchall()]
+
+        async def read(conn: Any, dbs: list[int]) -> list[RecurringSchedule]:
+            rows: list[RecurringSchedule] = []
+            async with conn.cursor() as cur:
+                for shard in self.mysql.all_shards(dbs):
+                    await cur.execute(
+                        f"SELECT {_COLUMNS} FROM {self.mysql.recurring_table(shard)}{where}"
+                    )
+                    rows += [schedule_of_row(row) for row in await cur.fetchall()]
+            return rows
+
+        every = range(self.settings.mysql_databases)
+        for part in await self.mysql.router.run_grouped(every, read):
+            found += part
         return sorted(found, key=lambda schedule: schedule.name)
 
     async def due_page(
@@ -213,22 +229,28 @@ class RecurringStore:
         if not slots:
             return []
         listed = ",".join(str(int(slot)) for slot in slots)
-        async with self.mysql.pool.acquire() as conn, conn.cursor() as cur:
-            await cur.execute(
-                f"SELECT {_COLUMNS} FROM {self.mysql.recurring_table(shard)}"
-                f" WHERE next_tick < %s AND slot IN ({listed}) AND removed = 0"
-                " ORDER BY next_tick LIMIT %s",
-                (ms_to_datetime(before_ms), limit),
-            )
-            return [schedule_of_row(row) for row in await cur.fetchall()]
+
+        async def read(conn: Any) -> list[RecurringSchedule]:
+            async with conn.cursor() as cur:
+                await cur.execute(
+                    f"SELECT {_COLUMNS} FROM {self.mysql.recurring_table(shard)}"
+                    f" WHERE next_tick < %s AND slot IN ({listed}) AND removed = 0"
+                    " ORDER BY next_tick LIMIT %s",
+                    (ms_to_datetime(before_ms), limit),
+                )
+                return [schedule_of_row(row) for row in await cur.fetchall()]
+
+        return await self.mysql.router.run(shard[0], read)
 
     # ----- changing ----------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[tuple[Any, Any]]:
-        """(connection, cursor) in a transaction: committed when the block ends, rolled
+    async def transaction(self, name: str) -> AsyncIterator[tuple[Any, Any]]:
+        """(connection, cursor) in a transaction on the server of schedule `name`'s
+        shard (which holds its ticks' jobs too): committed when the block ends, rolled
         back when it raises."""
-        async with self.mysql.pool.acquire() as conn:
+        pool = await self.mysql.pool_for(self._db_of(name))
+        async with pool.acquire() as conn:
             await conn.begin()
             try:
                 async with conn.cursor() as cur:

@@ -87,13 +87,9 @@ async def cut_off(mysql: MySQLStore, older_than_s: float) -> dt.datetime | None:
     for an age beyond MAX_AGE_S (or infinite): no row is that old."""
     if older_than_s > MAX_AGE_S:
         return None
-    async with mysql.pool.acquire() as conn, conn.cursor() as cur:
-        await cur.execute(
-            "SELECT NOW(3) - INTERVAL %s MICROSECOND", (int(older_than_s * 1_000_000),)
-        )
-        row = await cur.fetchone()
-    before: dt.datetime | None = row[0]
-    return before
+    # The clock of logical shard 0's server (servers' clocks are kept in step: NTP).
+    now = await mysql.server_now(0)
+    return now - dt.timedelta(microseconds=int(older_than_s * 1_000_000))
 
 
 def _old_rows(slots: Collection[int] | None, table: str = "") -> str:
@@ -192,7 +188,8 @@ async def _delete_batch(
     jobs, history = mysql.shard_tables(shard)
     # Should anything below fail, the connection goes back to the pool inside the
     # transaction, and the pool closes it: MySQL rolls the batch back.
-    async with mysql.pool.acquire() as conn, conn.cursor() as cur:
+    pool = await mysql.pool_for(shard[0])
+    async with pool.acquire() as conn, conn.cursor() as cur:
         await cur.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")  # this one only
         await conn.begin()
         await cur.execute(
@@ -228,7 +225,8 @@ async def _count_shard(
 ) -> Pruned:
     jobs, history = mysql.shard_tables(shard)
     where = _old_rows(slots)
-    async with mysql.pool.acquire() as conn, conn.cursor() as cur:
+    pool = await mysql.pool_for(shard[0])
+    async with pool.acquire() as conn, conn.cursor() as cur:
         await cur.execute(f"SELECT COUNT(*) FROM {jobs} WHERE {where}", (before,))
         (job_count,) = await cur.fetchone()
         await cur.execute(

@@ -39,38 +39,45 @@ def parse_mysql_url(url: str) -> dict[str, Any]:
     """aiomysql connection arguments of a mysql:// (or mariadb://) URL naming a database;
     with ssl_ca/ssl_cert/ssl_key query parameters also "ssl", a verifying TLS context.
 
+    The URL may list several addresses of one server (a Galera cluster's nodes):
+    mysql://user:pw@h1:3306,h2:3307,[::1]/db. "host" and "port" are then the first, and
+    "addresses" lists them all, for connect() to fail over between them. A
+    wsrep_sync_wait=N parameter (0-15) becomes "wsrep_sync_wait": N, which every
+    connection sets for its session (session_init_extra).
+
     Errors never show the URL: it holds the password, and a malformed one (a / or @ in
     an unquoted password) cannot be redacted reliably."""
-    parsed = urlparse(url)
+    try:
+        parsed = urlparse(url)
+    except ValueError:  # an unclosed [ of an IPv6 address
+        raise ConfigError("mysql_url: an IPv6 address must be in brackets: [::1]:3306") from None
     if parsed.scheme not in ("mysql", "mariadb"):
         raise ConfigError(
             "mysql_url must start with mysql:// or mariadb://, got "
             f"{parsed.scheme + '://' if parsed.scheme else 'no scheme'}"
         )
-    try:
-        port = parsed.port or 3306
-    except ValueError:
-        raise ConfigError(
-            "mysql_url has no valid port after the host (a password with / # ? or @ in it "
-            "must be percent-encoded, e.g. %2F)"
-        ) from None
+    addresses = _addresses(parsed.netloc.rpartition("@")[2])
     database = parsed.path.lstrip("/")
     if not database:
         raise ConfigError("mysql_url must name a database: mysql://user:password@host/DATABASE")
     args: dict[str, Any] = {
-        "host": parsed.hostname or "127.0.0.1",
-        "port": port,
+        "host": addresses[0][0],
+        "port": addresses[0][1],
         "user": unquote(parsed.username or "root"),
         "password": unquote(parsed.password or ""),
         "db": database,
     }
+    if len(addresses) > 1:
+        args["addresses"] = addresses
     options = dict(parse_qsl(parsed.query, keep_blank_values=True))
-    unknown = sorted(set(options) - set(_URL_TLS_OPTIONS))
+    unknown = sorted(set(options) - {*_URL_TLS_OPTIONS, "wsrep_sync_wait"})
     if unknown:
         raise ConfigError(
             f"mysql_url: unknown parameter(s) {', '.join(unknown)}; "
-            f"known: {', '.join(_URL_TLS_OPTIONS)}"
+            f"known: {', '.join(_URL_TLS_OPTIONS)}, wsrep_sync_wait"
         )
+    if "wsrep_sync_wait" in options:
+        args["wsrep_sync_wait"] = _sync_wait(options.pop("wsrep_sync_wait"))
     if options:
         verify = options.get("ssl_verify_hostname", "true").lower()
         if verify not in _TRUE + _FALSE:
@@ -86,6 +93,49 @@ def parse_mysql_url(url: str) -> dict[str, Any]:
     return args
 
 
+_BAD_PORT = (
+    "mysql_url has no valid port after the host (a password with / # ? or @ in it "
+    "must be percent-encoded, e.g. %2F)"
+)
+
+
+def _addresses(hosts: str) -> list[tuple[str, int]]:
+    """(host, port) of each comma-separated host[:port] (IPv6 in brackets); the port
+    defaults to 3306, and a URL without any host means 127.0.0.1."""
+    if not hosts:
+        return [("127.0.0.1", 3306)]
+    found: list[tuple[str, int]] = []
+    for entry in hosts.split(","):
+        if entry.startswith("["):
+            host, bracket, rest = entry[1:].partition("]")
+            if not bracket or not host or (rest and not rest.startswith(":")):
+                raise ConfigError("mysql_url: an IPv6 address must be in brackets: [::1]:3306")
+            port_text = rest[1:] if rest else ""
+        else:
+            host, _, port_text = entry.partition(":")
+            if ":" in port_text:
+                raise ConfigError("mysql_url: an IPv6 address must be in brackets: [::1]:3306")
+        if not host:
+            raise ConfigError("mysql_url: an empty address in its list of hosts")
+        if port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
+            raise ConfigError(_BAD_PORT)
+        found.append((host.lower(), int(port_text) if port_text else 3306))
+    return found
+
+
+def _sync_wait(text: str) -> int:
+    if not (text.isdigit() and 0 <= int(text) <= 15):
+        raise ConfigError("mysql_url: wsrep_sync_wait must be an integer from 0 to 15")
+    return int(text)
+
+
+def session_init_extra(args: dict[str, Any]) -> str:
+    """What a connection's `SET NAMES ...` init command appends for the URL's session
+    settings: ", wsrep_sync_wait = N" when the URL asks for it, else ""."""
+    wait = args.get("wsrep_sync_wait")
+    return "" if wait is None else f", wsrep_sync_wait = {int(wait)}"
+
+
 def mysql_tls(
     ca: str, cert: str = "", key: str = "", *, verify_hostname: bool = True
 ) -> ssl.SSLContext | None:
@@ -99,10 +149,10 @@ def mysql_tls(
         raise ConfigError(f"MySQL TLS files: {exc}") from None
 
 
-def mysql_connect_args(settings: Settings) -> dict[str, Any]:
-    """aiomysql connection arguments: the URL's, plus TLS from the mysql_ssl_* settings
-    (unless the URL has its own TLS parameters)."""
-    args = parse_mysql_url(settings.mysql_url)
+def mysql_connect_args(settings: Settings, url: str | None = None) -> dict[str, Any]:
+    """aiomysql connection arguments of mysql_url (or of `url`, another server's): the
+    URL's, plus TLS from the mysql_ssl_* settings (unless the URL has its own)."""
+    args = parse_mysql_url(settings.mysql_url if url is None else url)
     if "ssl" not in args:
         context = mysql_tls(
             settings.mysql_ssl_ca,

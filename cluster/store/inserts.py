@@ -1,0 +1,118 @@
+"""insert_jobs(): a batch of new jobs into their shards' tables, one transaction per
+server, and what it answers when only some servers commit (docs/guarantees.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Sequence
+from itertools import chain
+from typing import TYPE_CHECKING, Any
+
+import pymysql
+
+from cluster.errors import CommitUnknown
+from cluster.model.jobs import ValidJob
+from cluster.store import job_writes, sql
+
+if TYPE_CHECKING:
+    from cluster.store.sharded import Shard, ShardedStore
+
+
+class PartialCommit(Exception):
+    """insert_jobs() over several servers where some did not commit: the indexes of the
+    jobs each way (every job in exactly one list). `cause`: one server's error."""
+
+    def __init__(
+        self, committed: list[int], refused: list[int], unknown: list[int], cause: BaseException
+    ) -> None:
+        super().__init__(f"{len(committed)} committed, {len(refused) + len(unknown)} not: {cause}")
+        self.committed, self.refused, self.unknown, self.cause = committed, refused, unknown, cause
+
+
+async def insert_jobs(store: ShardedStore, jobs: Sequence[ValidJob], slots: Sequence[int]) -> int:
+    """Insert each job; an existing job_id keeps its row. Multi-row statements, in
+    one transaction per server when there are several. Returns how many rows were
+    new: when it is len(jobs), no job_id existed before, and nothing needs reading
+    back. Jobs on one server: all or none (CommitUnknown when the commit's answer is
+    lost). Over several servers, each commits on its own: when one fails, raises
+    PartialCommit saying which jobs are committed, which are not, and which unknown.
+
+    "ON DUPLICATE KEY UPDATE job_id = job_id" rather than INSERT IGNORE: same effect,
+    but no MySQL warning (which costs aiomysql a SHOW WARNINGS round trip). Without
+    the FOUND_ROWS client flag (never set here) MySQL counts an inserted row as 1
+    and a kept one, whose update changes nothing, as 0.
+    """
+    if not jobs:
+        return 0
+    by_shard = store.by_shard(job.job_id for job in jobs)
+
+    async def insert(conn: Any, dbs: list[int]) -> int:
+        mine = {shard: ix for shard, ix in by_shard.items() if shard[0] in dbs}
+        return await _insert_on(store, conn, jobs, slots, mine)
+
+    dbs = {shard[0] for shard in by_shard}
+    homes = {store.router.homes.get(d) for d in dbs}
+    if len(homes) == 1 and None not in homes:
+        return sum(await store.router.run_grouped(dbs, insert))
+    # Several servers (or one unknown): each on its own, all at once.
+    groups: dict[int | None, list[int]] = defaultdict(list)
+    for d in sorted(dbs):
+        groups[store.router.homes.get(d)].append(d)
+    results = await asyncio.gather(
+        *(store.router.run_grouped(group, insert) for group in groups.values()),
+        return_exceptions=True,
+    )
+    committed: list[int] = []
+    refused: list[int] = []
+    unknown: list[int] = []
+    inserted = 0
+    cause: BaseException | None = None
+    for group, result in zip(groups.values(), results, strict=True):
+        indexes = [i for shard, ix in by_shard.items() if shard[0] in group for i in ix]
+        if isinstance(result, BaseException):
+            if not isinstance(result, Exception):
+                raise result
+            cause = cause or result
+            (unknown if isinstance(result, CommitUnknown) else refused).extend(indexes)
+        else:
+            committed.extend(indexes)
+            inserted += sum(result)
+    if cause is not None:
+        if not committed and not unknown:
+            raise cause  # nothing anywhere: as one server's failure
+        raise PartialCommit(sorted(committed), sorted(refused), sorted(unknown), cause)
+    return inserted
+
+
+async def _insert_on(
+    store: ShardedStore,
+    conn: Any,
+    jobs: Sequence[ValidJob],
+    slots: Sequence[int],
+    by_shard: dict[Shard, list[int]],
+) -> int:
+    """insert_jobs() on one server: these shards' jobs, one transaction if several
+    statements."""
+    statements = job_writes.insert_statements(conn, store.shard_tables, jobs, slots, by_shard)
+    # Several statements go in one transaction: all jobs of the call or none.
+    # The first two are built up front to know whether there is a second.
+    first, second = next(statements), next(statements, None)
+    in_transaction = second is not None
+    if in_transaction:
+        await conn.begin()
+    committing = not in_transaction
+    try:
+        async with conn.cursor() as cur:
+            inserted = await sql.execute_overlapped(
+                cur, chain([first], [second] if second else [], statements)
+            )
+        if in_transaction:
+            committing = True
+            await conn.commit()
+        return inserted
+    except pymysql.err.OperationalError as exc:
+        if committing and exc.args and exc.args[0] == sql.LOST_DURING_QUERY:
+            raise CommitUnknown(str(exc)) from exc
+        raise  # not committed: a broken connection rolls the transaction back

@@ -1,0 +1,284 @@
+"""Which MySQL server serves each logical shard, and running statements there.
+
+Every server's main database has a ``delayq_shards`` table (made by `db migrate`): one row
+per logical shard it holds, in state ``home`` (served here), ``copying`` (a shard move is
+copying it here) or ``moved`` (moved away; its tables were renamed into ``<main>_<d>_moved``
+so that anyone still using them gets MySQL error 1146). A router reads those rows from
+every server at open; a statement that meets 1146 reads them again and runs once more on
+the shard's new home, waiting up to mysql_move_wait_s while no server is home (the
+switch of a move). A server without the table yet (before `db migrate`) is taken to
+hold what mysql_shard_map places on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+import aiomysql
+import pymysql
+
+from cluster.errors import StoreUnavailable
+from cluster.settings.config import Settings
+from cluster.store.servers import ServerSpec
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+NO_SUCH_TABLE = 1146
+UNKNOWN_DATABASE = 1049
+HOME, COPYING, MOVED = "home", "copying", "moved"
+# How often a call waiting out a move's switch looks for the new home.
+SWITCH_POLL_S = 0.05
+# Unknown shards (their server down at the last look) are looked for at most this often.
+REDISCOVER_EVERY_S = 1.0
+
+# What a statement on a shard raises when its server is down or not known: a pass over
+# every shard goes on with the others, and fails (to be run again) at the end.
+SERVER_DOWN: tuple[type[BaseException], ...] = (
+    pymysql.err.OperationalError,
+    pymysql.err.InterfaceError,
+    OSError,
+    StoreUnavailable,
+)
+
+PoolOpener = Callable[[ServerSpec], Awaitable[aiomysql.Pool]]
+
+
+def shard_database(main: str, databases: int, d: int) -> str:
+    """Logical shard d's database: the main one when there is only one."""
+    return main if databases == 1 else f"{main}_{d}"
+
+
+async def recorded_shards(cur: Any, main: str, databases: int) -> dict[int, str]:
+    """A server's delayq_shards rows (logical shard -> state). A server without that
+    table (not migrated by this delayq yet) holds the shards whose first job table it
+    has; one without the main database holds none."""
+    try:
+        await cur.execute(f"SELECT db_index, state FROM `{main}`.delayq_shards")
+        return {int(d): str(state) for d, state in await cur.fetchall()}
+    except pymysql.err.ProgrammingError as exc:
+        if not exc.args or exc.args[0] not in (NO_SUCH_TABLE, UNKNOWN_DATABASE):
+            raise
+    names = {shard_database(main, databases, d): d for d in range(databases)}
+    marks = ", ".join(["%s"] * len(names))
+    await cur.execute(
+        "SELECT TABLE_SCHEMA FROM information_schema.TABLES"
+        f" WHERE TABLE_NAME = 'job_0000' AND TABLE_SCHEMA IN ({marks})",
+        list(names),
+    )
+    return {names[schema]: HOME for (schema,) in await cur.fetchall()}
+
+
+def is_no_such_table(exc: BaseException) -> bool:
+    return isinstance(exc, pymysql.err.ProgrammingError) and bool(
+        exc.args and exc.args[0] == NO_SUCH_TABLE
+    )
+
+
+class ShardRouter:
+    """A connection pool per server (opened when first needed) and the home of every
+    logical shard."""
+
+    def __init__(
+        self, settings: Settings, servers: list[ServerSpec], database: str, opener: PoolOpener
+    ) -> None:
+        self.settings = settings
+        self.servers = servers
+        self.database = database
+        self._open_pool = opener
+        self._pools: dict[int, aiomysql.Pool] = {}
+        self._opening: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self.homes: dict[int, int] = {}  # logical shard -> server index
+        self.down: dict[int, str] = {}  # server index -> why it did not answer at the last look
+        self.in_transit: set[int] = set()  # moved or copying somewhere, home nowhere
+        self._looked_at = -1e9
+
+    # ----- pools -------------------------------------------------------------------------
+
+    async def server_pool(self, index: int) -> aiomysql.Pool:
+        """Server `index`'s pool, opened if needed (raises what connecting raised)."""
+        pool = self._pools.get(index)
+        if pool is not None:
+            return pool
+        async with self._opening[index]:
+            if index not in self._pools:
+                self._pools[index] = await self._open_pool(self.servers[index])
+            return self._pools[index]
+
+    def open_pools(self) -> dict[int, aiomysql.Pool]:
+        return dict(self._pools)
+
+    async def close(self) -> None:
+        pools, self._pools = self._pools, {}
+        for pool in pools.values():
+            pool.close()
+        for pool in pools.values():
+            await pool.wait_closed()
+
+    # ----- homes -------------------------------------------------------------------------
+
+    async def discover(self) -> None:
+        """Read every reachable server's delayq_shards; a server that does not answer is
+        noted in `down` and its shards are unknown until it answers."""
+        self._looked_at = asyncio.get_running_loop().time()
+        found = await asyncio.gather(
+            *(self._shards_of(spec) for spec in self.servers), return_exceptions=True
+        )
+        homes: dict[int, int] = {}
+        moving: set[int] = set()  # said moved or copying by some server
+        for spec, rows in zip(self.servers, found, strict=True):
+            if isinstance(rows, BaseException):
+                if not isinstance(rows, pymysql.err.Error | OSError | StoreUnavailable):
+                    raise rows
+                self.down[spec.index] = f"{type(rows).__name__}: {rows}"
+                continue
+            self.down.pop(spec.index, None)
+            for d, state in rows.items():
+                if state != HOME:
+                    moving.add(d)
+                    continue
+                if d in homes and homes[d] != spec.index:
+                    log.error(
+                        "logical shard %d says home on %s and %s; using neither until one "
+                        "is fixed (docs/cluster.md)",
+                        d,
+                        self.servers[homes[d]],
+                        spec,
+                    )
+                    homes[d] = -1
+                else:
+                    homes[d] = spec.index
+        self.homes = {d: s for d, s in homes.items() if s >= 0}
+        self.in_transit = moving - set(homes)
+
+    async def _shards_of(self, spec: ServerSpec) -> dict[int, str]:
+        pool = await self.server_pool(spec.index)
+        async with pool.acquire() as conn, conn.cursor() as cur:
+            return await recorded_shards(cur, self.database, self.settings.mysql_databases)
+
+    async def home_of(self, d: int) -> int:
+        """The index of the server serving logical shard d; StoreUnavailable when no
+        server that answers says it is home (looked for again at most once a second)."""
+        home = self.homes.get(d)
+        if home is not None:
+            return home
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._looked_at >= REDISCOVER_EVERY_S:
+            await self.discover()
+        # A shard between servers (a move's switch) gets a home within moments: wait.
+        deadline = loop.time() + self.settings.mysql_move_wait_s
+        while d in self.in_transit and loop.time() < deadline:
+            await asyncio.sleep(SWITCH_POLL_S)
+            await self.discover()
+        home = self.homes.get(d)
+        if home is not None:
+            return home
+        down = "; ".join(f"{self.servers[i]}: {why}" for i, why in sorted(self.down.items()))
+        raise StoreUnavailable(
+            f"no MySQL server that answers serves logical shard {d}"
+            + (f" (not answering: {down})" if down else " (is its server in mysql_servers?)")
+        )
+
+    async def pool_for(self, d: int) -> aiomysql.Pool:
+        return await self.server_pool(await self.home_of(d))
+
+    async def _after_missing_table(
+        self, dbs: list[int], server: int, deadline: float, error: BaseException
+    ) -> None:
+        """Some table of these logical shards is gone from `server`. Returns once they
+        all have a home and one of them moved away (run again: at the new home); waits
+        while one has no home (a move's switch); re-raises `error` when all are still
+        home on `server` (the table is really missing), or at the deadline."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await self.discover()
+            homes = [self.homes.get(d) for d in dbs]
+            if None not in homes:
+                if all(home == server for home in homes):
+                    raise error
+                return
+            if loop.time() >= deadline:
+                raise StoreUnavailable(
+                    f"logical shard(s) {[d for d in dbs if d not in self.homes]} have no "
+                    f"home on any server answering after mysql_move_wait_s "
+                    f"({self.settings.mysql_move_wait_s} s): {error}"
+                )
+            await asyncio.sleep(SWITCH_POLL_S)
+
+    # ----- running statements ------------------------------------------------------------
+
+    async def run(self, d: int, work: Callable[[Any], Awaitable[T]]) -> T:
+        """work(connection) on logical shard d's home server. A statement that finds the
+        shard's tables gone (a move switched it) is run again at the new home: `work`
+        must be safe to repeat when it failed (each statement's own transaction, or
+        one that the failure rolled back)."""
+        deadline: float | None = None
+        while True:
+            home = await self.home_of(d)
+            pool = await self.server_pool(home)
+            try:
+                async with pool.acquire() as conn:
+                    return await work(conn)
+            except pymysql.err.ProgrammingError as exc:
+                if not is_no_such_table(exc):
+                    raise
+                if deadline is None:
+                    wait = self.settings.mysql_move_wait_s
+                    deadline = asyncio.get_running_loop().time() + wait
+                await self._after_missing_table([d], home, deadline, exc)
+
+    async def run_grouped(
+        self, dbs: Iterable[int], work: Callable[[Any, list[int]], Awaitable[T]]
+    ) -> list[T]:
+        """work(connection, the logical shards of `dbs` it serves) once per server, all
+        servers at once; each as run() does on a move. Raises the first failure, after
+        every server's work has finished."""
+        by_server: dict[int, list[int]] = defaultdict(list)
+        for d in sorted(set(dbs)):
+            by_server[await self.home_of(d)].append(d)
+        if len(by_server) == 1:
+            [(server, group)] = by_server.items()
+            return [await self._run_group(server, group, work)]
+        results = await asyncio.gather(
+            *(self._run_group(s, g, work) for s, g in by_server.items()), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return list(results)  # type: ignore[arg-type]
+
+    async def _run_group(
+        self, server: int, group: list[int], work: Callable[[Any, list[int]], Awaitable[T]]
+    ) -> T:
+        try:
+            pool = await self.server_pool(server)
+            async with pool.acquire() as conn:
+                return await work(conn, group)
+        except pymysql.err.ProgrammingError as exc:
+            if not is_no_such_table(exc):
+                raise
+            deadline = asyncio.get_running_loop().time() + self.settings.mysql_move_wait_s
+            await self._after_missing_table(group, server, deadline, exc)
+        # Run again, split over the servers the group's shards are on now.
+        results = await self.run_grouped(group, work)
+        return results[0] if len(results) == 1 else _merged(results)
+
+
+def _merged(results: list[Any]) -> Any:
+    """Results of one group's work split over several servers, put together: sums of
+    counts, concatenated lists, merged dicts (whatever the work returns)."""
+    first = results[0]
+    if isinstance(first, dict):
+        merged: dict[Any, Any] = {}
+        for r in results:
+            merged.update(r)
+        return merged
+    if isinstance(first, list):
+        return [x for r in results for x in r]
+    if first is None:
+        return None
+    return sum(results)

@@ -16,6 +16,7 @@ from cluster.model.contract import WAITING_STATUSES, JobStatus
 from cluster.model.jobs import ValidJob, now_ms
 from cluster.store import connect, inserts, job_writes, listings, sql
 from cluster.store.inserts import PartialCommit
+from cluster.store.routing import SERVER_DOWN
 from cluster.store.rows import JOB_COLUMNS, JobRecord, Outcome, record_of_row
 from cluster.store.sharded import Shard, ShardedStore
 from cluster.store.sql import ms_to_datetime
@@ -259,9 +260,10 @@ class MySQLStore(ShardedStore):
 
         return await self.router.run(shard[0], read)
 
-    async def server_now(self, db_index: int = 0) -> dt.datetime:
-        """The clock (naive UTC, ms) of the server serving a logical shard: the clock
-        that stamps its rows' gmt_create."""
+    async def server_now(self, db_index: int | None = None) -> dt.datetime:
+        """The clock (naive UTC, ms) of the server serving a logical shard (None: of the
+        first server that answers): the clock that stamps rows' gmt_create. Servers'
+        clocks agree within seconds (NTP; docs/cluster.md)."""
 
         async def read(conn: Any) -> dt.datetime:
             async with conn.cursor() as cur:
@@ -270,7 +272,16 @@ class MySQLStore(ShardedStore):
             now: dt.datetime = row[0]
             return now
 
-        return await self.router.run(db_index, read)
+        if db_index is not None:
+            return await self.router.run(db_index, read)
+        failure: BaseException | None = None
+        for d in sorted(self.homes) or [0]:
+            try:
+                return await self.router.run(d, read)
+            except SERVER_DOWN as exc:
+                failure = failure or exc
+        assert failure is not None
+        raise failure
 
     async def recent_waiting_page(
         self,

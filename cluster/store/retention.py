@@ -87,8 +87,7 @@ async def cut_off(mysql: MySQLStore, older_than_s: float) -> dt.datetime | None:
     for an age beyond MAX_AGE_S (or infinite): no row is that old."""
     if older_than_s > MAX_AGE_S:
         return None
-    # The clock of logical shard 0's server (servers' clocks are kept in step: NTP).
-    now = await mysql.server_now(0)
+    now = await mysql.server_now()  # servers' clocks agree within seconds (NTP)
     return now - dt.timedelta(microseconds=int(older_than_s * 1_000_000))
 
 

@@ -30,6 +30,7 @@ from cluster.model.envelope import Fire, due_and_topic, fire_of, is_lean, with_t
 from cluster.model.jobs import topic_refusal
 from cluster.scripts.codec import Claimed
 from cluster.settings.config import Settings
+from cluster.store.mysql_store import MySQLStore
 
 # Hands records to the producer, given each one's (slot, job id); one future per record.
 # And the time.monotonic() their claim's reply arrived.
@@ -103,16 +104,42 @@ class Answers(NamedTuple):
     acked_at: dict[int, float]  # time.time() the broker answered
 
 
+@dataclass
+class Tails:
+    """Lean claimed jobs' envelope tails, by job id (a job without a row is absent);
+    `unread`: the jobs whose MySQL server did not answer (put back, not refused), and
+    `error`: why."""
+
+    found: dict[bytes, bytes]
+    unread: set[bytes]
+    error: BaseException | None = None
+
+
+async def load_tails(mysql: MySQLStore, job_ids: list[bytes], timeout_s: float) -> Tails:
+    """The tails of lean claimed jobs from their MySQL rows, one read per server, each
+    within timeout_s: a server down or frozen leaves only its own jobs unread."""
+    if not job_ids:
+        return Tails({}, set())
+    try:
+        rows, unread = await mysql.get_answering([j.decode() for j in job_ids], timeout_s)
+    except Exception as exc:
+        return Tails({}, set(job_ids), exc)
+    found = {job_id.encode(): row.tail for job_id, row in rows.items()}
+    missing = {job_id.encode() for ids, _ in unread for job_id in ids}
+    return Tails(found, missing, unread[0][1] if unread else None)
+
+
 def sort_claimed(
     claims: list[SlotClaim],
-    tails: dict[bytes, bytes] | None,
+    tails: Tails,
     settings: Settings,
     claim_batch: int,
     received: float,
 ) -> Sorted:
     """Build each claimed job's record and sort it (see the module's docstring). tails:
-    the tails of lean jobs by job id, None when MySQL did not answer; received: the
-    time.monotonic() the claims' reply had arrived."""
+    the tails of lean jobs (load_tails); received: the time.monotonic() the claims'
+    reply had arrived."""
+    found, unread = tails.found, tails.unread
     # Plain locals in the loop below: it runs once per fired job.
     fires: list[Fire] = []
     owners: list[tuple[int, bytes, int]] = []
@@ -124,10 +151,10 @@ def sort_claimed(
         for job in claimed:
             envelope = job.envelope
             if is_lean(envelope):
-                if tails is None:
+                if job.job_id in unread:
                     unbuilt[slot, epoch].append(job.job_id)
                     continue
-                tail = tails.get(job.job_id)
+                tail = found.get(job.job_id)
                 if tail is None:
                     refused[slot, epoch][job.job_id] = NO_ROW_ERROR
                     continue

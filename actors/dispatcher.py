@@ -48,8 +48,10 @@ from actors.dispatch_round import (
     Held,
     Sent,
     SlotClaim,
+    Tails,
     broker_answers,
     describe,
+    load_tails,
     publish_held,
     sort_claimed,
 )
@@ -292,26 +294,20 @@ class Dispatcher(Actor):
             return self.transactions.publish(fires, owners, claimed, self.lease_ms)
         return await self.publisher.publish(fires)
 
-    async def _load_tails(self, job_ids: list[bytes]) -> dict[bytes, bytes] | None:
-        """The envelope tails of lean claimed jobs, from their MySQL rows in one read
-        (a job without a row is absent); None when MySQL did not answer."""
-        if not job_ids:
-            return {}
-        try:
-            # Well within the claim's lease, which the caller checks afterwards.
-            async with asyncio.timeout(self.lease_ms / 2000):
-                rows = await self.mysql.get_many([job_id.decode() for job_id in job_ids])
-        except Exception as exc:
+    async def _load_tails(self, job_ids: list[bytes]) -> Tails:
+        """The envelope tails of lean claimed jobs (dispatch_round.load_tails), each
+        server's within half the claim's lease, which the caller checks afterwards."""
+        tails = await load_tails(self.mysql, job_ids, self.lease_ms / 2000)
+        if tails.error is not None:
             self.warn(
                 "reading the payloads of %d claimed lean job(s) from MySQL failed; they "
                 "are put back, due again in %d ms, without using an attempt: %s",
-                len(job_ids),
+                len(tails.unread),
                 self.settings.retry_backoff_ms,
-                describe(exc),
+                describe(tails.error),
             )
-            return None
-        self.tails_loaded_total += len(rows)
-        return {job_id.encode(): row.tail for job_id, row in rows.items()}
+        self.tails_loaded_total += len(tails.found)
+        return tails
 
     async def _release(self, slot: int, epoch: int, job_ids: list[bytes]) -> None:
         """Put back claimed jobs whose record could not be built (lua/release.lua)."""

@@ -184,11 +184,14 @@ class Filler(Actor):
 
     async def _tails(self, job_ids: list[bytes]) -> dict[bytes, bytes]:
         """The envelope tails of the jobs whose MySQL row is waiting (a row not waiting
-        any more belongs to a job about to leave Redis: left alone)."""
+        any more belongs to a job about to leave Redis: left alone). Jobs whose server
+        does not answer stay lean (the next pass, or the dispatcher, loads them; the
+        sampler reports the server): they hold back no other server's."""
         tails: dict[bytes, bytes] = {}
         for start in range(0, len(job_ids), READ_BATCH):
             chunk = [job_id.decode() for job_id in job_ids[start : start + READ_BATCH]]
-            for job_id, row in (await self.mysql.get_many(chunk)).items():
+            rows, _ = await self.mysql.get_answering(chunk)
+            for job_id, row in rows.items():
                 if row.status in WAITING_STATUSES:
                     tails[job_id.encode()] = row.tail
         return tails

@@ -1,8 +1,8 @@
 """The reconciler's passes over MySQL (actors/reconciler.py has the why): the full pass,
 which adds to Redis every waiting job of some slots due within a bound that Redis lacks,
 and the recent pass, which does so for the jobs created since a moment. Each goes over
-every shard; a shard whose server is down does not hold back the others' (the pass then
-fails at its end, and is run again). `delayq recover` runs the full pass too.
+every shard, the servers at once: a server down or frozen holds back only its own shards
+(the pass then fails at its end, and is run again). `delayq recover` runs the full pass too.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from cluster.model.contract import WAITING_STATUSES, AddCode, JobStatus
 from cluster.scripts.facade import NewJob, Scripts
 from cluster.settings.config import Settings
 from cluster.store.mysql_store import JobRecord, MySQLStore, ms_to_datetime
-from cluster.store.routing import SERVER_DOWN
 
 PAGE = 1000
 
@@ -55,26 +54,25 @@ async def reconcile(
     budget_s = settings.marker_retention_ms / 1000 / 2
     start = dt.datetime(1970, 1, 1) if since_ms is None else ms_to_datetime(since_ms)
     before = None if until_ms is None else ms_to_datetime(until_ms)
-    down: list[BaseException] = []
-    for shard in mysql.all_shards():
-        try:
-            for status in (JobStatus.PENDING, JobStatus.FIRING):
-                await _reconcile_shard(
-                    mysql,
-                    scripts,
-                    shard,
-                    status,
-                    (start, ""),
-                    wanted,
-                    before,
-                    budget_s,
-                    result,
-                    loaded_from_ms,
-                )
-        except SERVER_DOWN as exc:
-            down.append(exc)  # the other servers' shards go on; the pass is run again
-    if down:
-        raise down[0]
+
+    async def load(shard: tuple[int, int]) -> None:
+        for status in (JobStatus.PENDING, JobStatus.FIRING):
+            await _reconcile_shard(
+                mysql,
+                scripts,
+                shard,
+                status,
+                (start, ""),
+                wanted,
+                before,
+                budget_s,
+                result,
+                loaded_from_ms,
+            )
+
+    # Each server's shards in turn, the servers at once: one down or frozen holds back
+    # only its own shards; the pass then fails at its end and is run again.
+    await mysql.on_every_shard(load)
     return result
 
 
@@ -123,16 +121,13 @@ async def reconcile_recent(
         return result
     budget_s = settings.marker_retention_ms / 1000 / 2
     before = ms_to_datetime(until_ms)
-    down: list[BaseException] = []
-    for shard in mysql.all_shards():
-        try:
-            await _recent_shard(
-                mysql, scripts, shard, created_after, wanted, before, until_ms, budget_s, result
-            )
-        except SERVER_DOWN as exc:
-            down.append(exc)  # the other servers' shards go on; the pass is run again
-    if down:
-        raise down[0]
+
+    async def recent(shard: tuple[int, int]) -> None:
+        await _recent_shard(
+            mysql, scripts, shard, created_after, wanted, before, until_ms, budget_s, result
+        )
+
+    await mysql.on_every_shard(recent)  # as reconcile()
     return result
 
 

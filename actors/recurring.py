@@ -45,7 +45,6 @@ from cluster.scripts.facade import Scripts
 from cluster.settings.config import Settings
 from cluster.store.mysql_store import MySQLStore
 from cluster.store.recurring_store import RecurringSchedule, RecurringStore
-from cluster.store.routing import SERVER_DOWN
 
 log = logging.getLogger(__name__)
 
@@ -87,20 +86,19 @@ class RecurringTicks(Actor):
             return False
         half = self.settings.recurring_lookahead_ms // 2
         full = False
-        down: list[BaseException] = []
-        for shard in self.store.mysql.all_shards():
-            try:
-                due = await self.store.due_page(shard, owned, now_ms() + half, PAGE)
-                full = full or len(due) == PAGE
-                for schedule in due:
-                    if self.stopping:
-                        return False
-                    await self.make(schedule)
-            except SERVER_DOWN as exc:
-                down.append(exc)  # the schedules of the other servers' shards go on
-        if down:
-            raise down[0]
-        return full
+
+        async def make_due(shard: tuple[int, int]) -> None:
+            nonlocal full
+            due = await self.store.due_page(shard, owned, now_ms() + half, PAGE)
+            full = full or len(due) == PAGE
+            for schedule in due:
+                if self.stopping:
+                    return
+                await self.make(schedule)
+
+        # A server down or frozen holds back only the schedules of its own shards.
+        await self.store.mysql.on_every_shard(make_due)
+        return full and not self.stopping
 
     async def make(self, schedule: RecurringSchedule) -> bool:
         """Make the schedule's ticks due within the lookahead into jobs; False when

@@ -48,7 +48,15 @@ CHANGE_RETRY_PAUSES_S = REFUSED_RETRY_PAUSES_S
 # What a store that failed to answer raises: the call may or may not have reached it
 # (redis-py's own errors in a cluster topology change become ConnectionError through
 # _redis_errors).
-MYSQL_FAILURES = (*UNREACHABLE, TimeoutError)
+# StoreUnavailable: no server that answers serves the job's logical shard (nothing sent).
+MYSQL_FAILURES = (*UNREACHABLE, TimeoutError, StoreUnavailable)
+
+
+class NothingChanged(StoreUnavailable):
+    """The StoreUnavailable a cancel or reschedule answers having changed nothing (its
+    Redis step undone, or none made): passed on as it is, never taken for a failure."""
+
+
 REDIS_FAILURES = (redis.exceptions.RedisError, OSError, TimeoutError)
 STORE_FAILURES = (*MYSQL_FAILURES, *REDIS_FAILURES)
 # MySQL errors that mean a statement never reached the server: cannot connect (2002,
@@ -94,6 +102,8 @@ class JobChanges:
             try:
                 with _redis_errors():
                     result = await self._cancel_once(job_id, slot)
+            except NothingChanged:
+                raise
             except STORE_FAILURES as exc:  # after the Redis step (the others say so)
                 raise OutcomeUnknown(
                     f"cancel of {job_id!r}: a store failed after the job's Redis step "
@@ -176,7 +186,7 @@ class JobChanges:
 
     async def _undo(
         self, job_id: str, slot: int, redis_step: CancelStep, error: BaseException
-    ) -> OutcomeUnknown | StoreUnavailable:
+    ) -> OutcomeUnknown | NothingChanged:
         """The error to raise when recording a cancel in MySQL failed after its Redis
         step: StoreUnavailable when the UPDATE never reached MySQL and the Redis step is
         undone (lua/uncancel.lua: nothing was changed), else OutcomeUnknown."""
@@ -193,7 +203,7 @@ class JobChanges:
         except REDIS_FAILURES:
             undone = False
         if undone:
-            return StoreUnavailable(
+            return NothingChanged(
                 f"MySQL is unreachable: {job_id!r} was not cancelled and waits as before "
                 f"(calling cancel again is safe): {_what(error)}"
             )
@@ -213,6 +223,8 @@ class JobChanges:
             try:
                 with _redis_errors():
                     result = await self._reschedule_once(job_id, slot, due_ms)
+            except NothingChanged:
+                raise
             except STORE_FAILURES as exc:  # after MySQL recorded the new time
                 raise OutcomeUnknown(
                     f"reschedule of {job_id!r}: a store failed part-way ({_what(exc)}): "
@@ -275,7 +287,7 @@ class JobChanges:
             moved = await self.mysql.set_due(job_id, due_ms, slot)
         except MYSQL_FAILURES as exc:
             if _not_sent(exc):
-                raise StoreUnavailable(
+                raise NothingChanged(
                     f"MySQL is unreachable: {job_id!r} was not rescheduled (calling "
                     f"reschedule again is safe): {_what(exc)}"
                 ) from exc
@@ -361,8 +373,8 @@ def _what(error: BaseException) -> str:
 
 def _not_sent(error: BaseException) -> bool:
     """Whether a MySQL error means the statement never reached the server."""
-    if isinstance(error, pymysql.err.InterfaceError):
-        return True  # the connection was closed before anything was sent
+    if isinstance(error, pymysql.err.InterfaceError | StoreUnavailable):
+        return True  # the connection was closed, or no server found, before sending
     if isinstance(error, pymysql.err.OperationalError):
         return bool(error.args) and error.args[0] in _NOT_SENT_CODES
     return False

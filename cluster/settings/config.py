@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 from cluster.errors import ConfigError
 from cluster.settings.security import redact_url as redact_url  # re-exported
 from cluster.settings.security import redact_value
+from cluster.settings.sources import load_toml, parse_value
 
 KAFKA_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -67,11 +67,12 @@ class Settings:
     slots: int = 16
     mysql_databases: int = 1  # logical shards, fixed at creation: room for more servers
     mysql_tables: int = 4
-    # More MySQL servers for the shard databases: whitespace-separated URLs, and where
-    # `db migrate` creates each shard database ("0-3:0 4-7:1"; docs/cluster.md).
+    # More MySQL servers (whitespace-separated URLs), where `db migrate` creates shard
+    # databases ("0-3:0 4-7:1"), and how long a statement may take (docs/cluster.md).
     mysql_servers: str = ""
     mysql_shard_map: str = ""
     mysql_move_wait_s: float = 30.0  # how long a call waits out a shard move's switch
+    mysql_statement_timeout_s: float = 30.0
 
     # Input limits.
     payload_max_bytes: int = 65536
@@ -281,7 +282,13 @@ class Settings:
             )
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port must be 0 (off) to 65535, got {self.metrics_port}")
-        for name in ("stall_timeout_s", "ready_timeout_s", "retention_interval_s"):
+        for name in (
+            "stall_timeout_s",
+            "ready_timeout_s",
+            "retention_interval_s",
+            "mysql_move_wait_s",
+            "mysql_statement_timeout_s",
+        ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
         if not self.retention_days >= 0:
@@ -394,11 +401,11 @@ class Settings:
         values: dict[str, Any] = {}
         config_path = env.get("DELAYQ_CONFIG")
         if config_path:
-            values.update(load_toml(Path(config_path)))
+            values.update(load_toml(Path(config_path), _field_types()))
         for f in fields(cls):
             raw = env.get(f"DELAYQ_{f.name.upper()}")
             if raw is not None:
-                values[f.name] = _parse(f.name, raw, _field_type(f.name))
+                values[f.name] = parse_value(f.name, raw, _field_type(f.name))
         return cls(**values)
 
 
@@ -409,41 +416,5 @@ def _field_type(name: str) -> type:
     return type(default)
 
 
-def _parse(name: str, raw: str, kind: type) -> Any:
-    try:
-        if kind is bool:
-            lowered = raw.strip().lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(raw)
-        if kind is int:
-            return int(raw)
-        if kind is float:
-            return float(raw)
-    except ValueError:
-        raise ConfigError(f"DELAYQ_{name.upper()}={raw!r} is not a valid {kind.__name__}") from None
-    return raw
-
-
-def load_toml(path: Path) -> dict[str, Any]:
-    """Read settings from a TOML file: top-level keys named like the Settings fields."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    known = {f.name: _field_type(f.name) for f in fields(Settings)}
-    values: dict[str, Any] = {}
-    for key, value in data.items():
-        if key not in known:
-            raise ConfigError(f"unknown setting {key!r} in {path}")
-        kind = known[key]
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ConfigError(f"setting {key!r} in {path} must be {kind.__name__}")
-        values[key] = value
-    return values
+def _field_types() -> dict[str, type]:
+    return {f.name: _field_type(f.name) for f in fields(Settings)}

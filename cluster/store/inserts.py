@@ -5,12 +5,14 @@ server, and what it answers when only some servers commit (docs/guarantees.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import defaultdict
 from collections.abc import Sequence
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import pymysql
+from pymysql.constants import ER
 
 from cluster.errors import CommitUnknown
 from cluster.model.jobs import ValidJob
@@ -18,6 +20,12 @@ from cluster.store import job_writes, sql
 
 if TYPE_CHECKING:
     from cluster.store.sharded import Shard, ShardedStore
+
+
+# Error 1213 (an InnoDB deadlock, or a Galera certification conflict with a write of
+# the same job_id on another node) rolled the whole transaction back: it is run again,
+# and then keeps the row the other wrote, as one server's lock wait would have.
+CONFLICT_RETRIES = 3
 
 
 class PartialCommit(Exception):
@@ -50,18 +58,27 @@ async def insert_jobs(store: ShardedStore, jobs: Sequence[ValidJob], slots: Sequ
 
     async def insert(conn: Any, dbs: list[int]) -> int:
         mine = {shard: ix for shard, ix in by_shard.items() if shard[0] in dbs}
-        return await _insert_on(store, conn, jobs, slots, mine)
+        retries = CONFLICT_RETRIES
+        while True:
+            try:
+                return await _insert_on(store, conn, jobs, slots, mine)
+            except pymysql.err.OperationalError as exc:
+                if not retries or not exc.args or exc.args[0] != ER.LOCK_DEADLOCK:
+                    raise
+                retries -= 1
+                with contextlib.suppress(pymysql.err.Error):
+                    await conn.rollback()
 
     dbs = {shard[0] for shard in by_shard}
     homes = {store.router.homes.get(d) for d in dbs}
     if len(homes) == 1 and None not in homes:
-        return sum(await store.router.run_grouped(dbs, insert))
+        return sum(await store.router.run_grouped(dbs, insert, bounded=False))
     # Several servers (or one unknown): each on its own, all at once.
     groups: dict[int | None, list[int]] = defaultdict(list)
     for d in sorted(dbs):
         groups[store.router.homes.get(d)].append(d)
     results = await asyncio.gather(
-        *(store.router.run_grouped(group, insert) for group in groups.values()),
+        *(store.router.run_grouped(group, insert, bounded=False) for group in groups.values()),
         return_exceptions=True,
     )
     committed: list[int] = []
@@ -103,15 +120,27 @@ async def _insert_on(
     if in_transaction:
         await conn.begin()
     committing = not in_transaction
+    limit = store.settings.mysql_statement_timeout_s
     try:
-        async with conn.cursor() as cur:
-            inserted = await sql.execute_overlapped(
-                cur, chain([first], [second] if second else [], statements)
-            )
-        if in_transaction:
-            committing = True
-            await conn.commit()
+        # Bounded here rather than by the router: a commit cut off is of unknown outcome.
+        async with asyncio.timeout(limit):
+            async with conn.cursor() as cur:
+                inserted = await sql.execute_overlapped(
+                    cur, chain([first], [second] if second else [], statements)
+                )
+            if in_transaction:
+                committing = True
+                await conn.commit()
         return inserted
+    except TimeoutError:
+        conn.close()  # its answer may still come: never reused
+        message = f"no answer within mysql_statement_timeout_s ({limit} s)"
+        if committing:
+            raise CommitUnknown(message) from None
+        raise pymysql.err.OperationalError(sql.LOST_DURING_QUERY, message) from None
+    except asyncio.CancelledError:
+        conn.close()
+        raise
     except pymysql.err.OperationalError as exc:
         if committing and exc.args and exc.args[0] == sql.LOST_DURING_QUERY:
             raise CommitUnknown(str(exc)) from exc

@@ -118,8 +118,10 @@ class MySQLStore(ShardedStore):
             tables = [(shard, self.outbox_table(shard)) for shard in self.all_shards(dbs)]
             return await listings.outbox_pages(conn, tables, slots, limit)
 
+        # A server down holds back only its own shards' rows.
         found: dict[Shard, list[tuple[int, str, int]]] = {}
-        for part in await self.router.run_grouped(self._known_dbs(), pages):
+        parts, _ = await self.router.run_each_server(self._known_dbs(), pages)
+        for part in parts:
             found.update(part)
         return found
 
@@ -142,6 +144,19 @@ class MySQLStore(ShardedStore):
         await self.router.run(shard[0], delete)
 
     async def get_many(self, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+        """The rows of these jobs (a job without a row is absent); raises when a server
+        holding some of them does not answer."""
+        rows, unread = await self.get_answering(job_ids)
+        if unread:
+            raise unread[0][1]
+        return rows
+
+    async def get_answering(
+        self, job_ids: Sequence[str], timeout_s: float | None = None
+    ) -> tuple[dict[str, JobRecord], list[tuple[list[str], BaseException]]]:
+        """The rows of these jobs that the servers answering (within timeout_s, default
+        mysql_statement_timeout_s) hold, and the jobs whose server did not answer, with
+        its error: a server down or frozen holds back only its own."""
         by_shard = self.by_shard(job_ids)
 
         async def read(conn: Any, dbs: list[int]) -> dict[str, JobRecord]:
@@ -163,11 +178,18 @@ class MySQLStore(ShardedStore):
             return found
 
         if not job_ids:
-            return {}
+            return {}, []
+        dbs = {shard[0] for shard in by_shard}
+        bounded = True if timeout_s is None else timeout_s
+        parts, failures = await self.router.run_each_server(dbs, read, bounded=bounded)
         results: dict[str, JobRecord] = {}
-        for part in await self.router.run_grouped({s[0] for s in by_shard}, read):
+        for part in parts:
             results.update(part)
-        return results
+        unread = [
+            ([job_ids[i] for shard, ix in by_shard.items() if shard[0] in dbs for i in ix], error)
+            for dbs, error in failures
+        ]
+        return results, unread
 
     async def get(self, job_id: str) -> JobRecord | None:
         return (await self.get_many([job_id])).get(job_id)

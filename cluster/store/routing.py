@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 NO_SUCH_TABLE = 1146
+LOST_DURING_QUERY = 2013  # CR_SERVER_LOST
 UNKNOWN_DATABASE = 1049
 HOME, COPYING, MOVED = "home", "copying", "moved"
 # How often a call waiting out a move's switch looks for the new home.
@@ -96,6 +97,7 @@ class ShardRouter:
         self.down: dict[int, str] = {}  # server index -> why it did not answer at the last look
         self.in_transit: set[int] = set()  # moved or copying somewhere, home nowhere
         self._looked_at = -1e9
+        self.closed = False
 
     # ----- pools -------------------------------------------------------------------------
 
@@ -104,6 +106,8 @@ class ShardRouter:
         pool = self._pools.get(index)
         if pool is not None:
             return pool
+        if self.closed:
+            raise RuntimeError("the MySQL store is closed")
         async with self._opening[index]:
             if index not in self._pools:
                 self._pools[index] = await self._open_pool(self.servers[index])
@@ -113,6 +117,7 @@ class ShardRouter:
         return dict(self._pools)
 
     async def close(self) -> None:
+        self.closed = True  # until the store opens again: no pool opens meanwhile
         pools, self._pools = self._pools, {}
         for pool in pools.values():
             pool.close()
@@ -211,18 +216,47 @@ class ShardRouter:
 
     # ----- running statements ------------------------------------------------------------
 
-    async def run(self, d: int, work: Callable[[Any], Awaitable[T]]) -> T:
-        """work(connection) on logical shard d's home server. A statement that finds the
-        shard's tables gone (a move switched it) is run again at the new home: `work`
-        must be safe to repeat when it failed (each statement's own transaction, or
-        one that the failure rolled back)."""
+    async def _on_server(
+        self, server: int, call: Callable[[Any], Awaitable[T]], bounded: bool | float
+    ) -> T:
+        """call(connection) on a connection of `server`; `bounded` (True:
+        mysql_statement_timeout_s, or a number of seconds): all of it, connecting
+        included, within that, else OperationalError 2013 as for a connection lost
+        mid-statement: its outcome is unknown. A connection whose statement was cut off
+        (timeout, cancel) is closed, never reused."""
+        limit: float | None = None
+        if bounded is True:
+            limit = self.settings.mysql_statement_timeout_s
+        elif bounded is not False:
+            limit = float(bounded)
+        try:
+            async with asyncio.timeout(limit):
+                pool = await self.server_pool(server)
+                async with pool.acquire() as conn:
+                    try:
+                        return await call(conn)
+                    except asyncio.CancelledError:
+                        conn.close()  # a reply may still come: the pool must not reuse it
+                        raise
+        except TimeoutError:
+            raise pymysql.err.OperationalError(
+                LOST_DURING_QUERY,
+                f"{self.servers[server]} did not answer within mysql_statement_timeout_s "
+                f"({limit} s)",
+            ) from None
+
+    async def run(
+        self, d: int, work: Callable[[Any], Awaitable[T]], *, bounded: bool | float = True
+    ) -> T:
+        """work(connection) on logical shard d's home server (bounded: see _on_server). A
+        statement that finds the shard's tables gone (a move switched it) is run again
+        at the new home: `work` must be safe to repeat when it failed (each statement's
+        own transaction, or one that the failure rolled back)."""
         deadline: float | None = None
         while True:
             home = await self.home_of(d)
-            pool = await self.server_pool(home)
             try:
-                async with pool.acquire() as conn:
-                    return await work(conn)
+                return await self._on_server(home, work, bounded)
             except pymysql.err.ProgrammingError as exc:
                 if not is_no_such_table(exc):
                     raise
@@ -232,39 +266,70 @@ class ShardRouter:
                 await self._after_missing_table([d], home, deadline, exc)
 
     async def run_grouped(
-        self, dbs: Iterable[int], work: Callable[[Any, list[int]], Awaitable[T]]
+        self,
+        dbs: Iterable[int],
+        work: Callable[[Any, list[int]], Awaitable[T]],
+        *,
+        bounded: bool | float = True,
     ) -> list[T]:
         """work(connection, the logical shards of `dbs` it serves) once per server, all
-        servers at once; each as run() does on a move. Raises the first failure, after
-        every server's work has finished."""
+        servers at once; each as run() does. Raises the first failure, after every
+        server's work has finished."""
+        parts, failures = await self.run_each_server(dbs, work, bounded=bounded)
+        if failures:
+            raise failures[0][1]
+        return parts
+
+    async def run_each_server(
+        self,
+        dbs: Iterable[int],
+        work: Callable[[Any, list[int]], Awaitable[T]],
+        *,
+        bounded: bool | float = True,
+    ) -> tuple[list[T], list[tuple[list[int], BaseException]]]:
+        """As run_grouped, but the servers that answered give their results and the
+        others are named: (results, [(their logical shards, the error)]). A shard with
+        no known home fails at once."""
         by_server: dict[int, list[int]] = defaultdict(list)
+        failures: list[tuple[list[int], BaseException]] = []
         for d in sorted(set(dbs)):
-            by_server[await self.home_of(d)].append(d)
-        if len(by_server) == 1:
+            try:
+                by_server[await self.home_of(d)].append(d)
+            except StoreUnavailable as exc:
+                failures.append(([d], exc))
+        if len(by_server) == 1 and not failures:
             [(server, group)] = by_server.items()
-            return [await self._run_group(server, group, work)]
+            return [await self._run_group(server, group, work, bounded)], []
         results = await asyncio.gather(
-            *(self._run_group(s, g, work) for s, g in by_server.items()), return_exceptions=True
+            *(self._run_group(s, g, work, bounded) for s, g in by_server.items()),
+            return_exceptions=True,
         )
-        for result in results:
+        parts: list[T] = []
+        for group, result in zip(by_server.values(), results, strict=True):
             if isinstance(result, BaseException):
-                raise result
-        return list(results)  # type: ignore[arg-type]
+                if not isinstance(result, Exception):
+                    raise result
+                failures.append((group, result))
+            else:
+                parts.append(result)
+        return parts, failures
 
     async def _run_group(
-        self, server: int, group: list[int], work: Callable[[Any, list[int]], Awaitable[T]]
+        self,
+        server: int,
+        group: list[int],
+        work: Callable[[Any, list[int]], Awaitable[T]],
+        bounded: bool | float,
     ) -> T:
         try:
-            pool = await self.server_pool(server)
-            async with pool.acquire() as conn:
-                return await work(conn, group)
+            return await self._on_server(server, lambda conn: work(conn, group), bounded)
         except pymysql.err.ProgrammingError as exc:
             if not is_no_such_table(exc):
                 raise
             deadline = asyncio.get_running_loop().time() + self.settings.mysql_move_wait_s
             await self._after_missing_table(group, server, deadline, exc)
         # Run again, split over the servers the group's shards are on now.
-        results = await self.run_grouped(group, work)
+        results = await self.run_grouped(group, work, bounded=bounded)
         return results[0] if len(results) == 1 else _merged(results)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from importlib.resources.abc import Traversable
 
 import aiomysql
@@ -59,6 +59,7 @@ class ShardedStore:
         its shards unavailable (StoreUnavailable) until it does. With TLS asked for,
         every connection the pools open later must use it too, or it is refused before
         logging in (cluster/store/connect.py)."""
+        self.router.closed = False
         opened = await asyncio.gather(
             *(self.router.server_pool(spec.index) for spec in self.servers),
             return_exceptions=True,
@@ -168,6 +169,28 @@ class ShardedStore:
         """Every (database, table) shard, or those of some logical shards."""
         dbs = range(self.settings.mysql_databases) if databases is None else databases
         return [(d, t) for d in dbs for t in range(self.settings.mysql_tables)]
+
+    async def on_every_shard(self, work: Callable[[Shard], Awaitable[None]]) -> None:
+        """work(shard) for every shard: one server's shards one after another, the
+        servers at once, so that a server down or frozen holds back only its own. Raises
+        the first failure once every server's part has ended."""
+        groups: dict[int | None, list[Shard]] = defaultdict(list)
+        for shard in self.all_shards():
+            groups[self.router.homes.get(shard[0])].append(shard)
+
+        async def in_turn(shards: list[Shard]) -> None:
+            for shard in shards:
+                await work(shard)
+
+        results = await asyncio.gather(
+            *(in_turn(shards) for shards in groups.values()), return_exceptions=True
+        )
+        failures = [result for result in results if isinstance(result, BaseException)]
+        for failure in failures:
+            if not isinstance(failure, Exception):
+                raise failure
+        if failures:
+            raise failures[0]
 
     def by_shard(self, job_ids: Iterable[str]) -> dict[Shard, list[int]]:
         """Positions of the ids, by shard."""

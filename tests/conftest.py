@@ -137,11 +137,16 @@ def secure_env() -> dict[str, str]:
     against): its DELAYQ_* settings, not exported. Skips when it cannot start here."""
     if os.environ.get("DELAYQ_TEST_EXTERNAL") == "1" and not SECURE_RUN:
         pytest.skip("DELAYQ_TEST_EXTERNAL=1: the secure local stack is not started")
+    # The secure stack runs one MariaDB server, whatever the plain one runs.
+    servers = os.environ.pop("DELAYQ_SERVICES_MYSQL_SERVERS", None)
     try:
         stack.up(secure=True)
+        return stack.stack_env(secure=True)
     except ServicesError as exc:
         pytest.skip(f"the secure local stack cannot start on this machine: {exc}")
-    return stack.stack_env(secure=True)
+    finally:
+        if servers is not None:
+            os.environ["DELAYQ_SERVICES_MYSQL_SERVERS"] = servers
 
 
 def redis_admin(settings: Settings) -> Settings:

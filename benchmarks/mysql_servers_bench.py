@@ -2,7 +2,7 @@
 CPU each MySQL server spends per job.
 
     eval "$(delayq services env --mysql-servers 3)"
-    python benchmarks/mysql_servers_bench.py --jobs 200000 --window 10 --runs 2
+    python benchmarks/mysql_servers_bench.py --jobs 200000 --window 10 --runs 2 --lead 25
 
 For each count N of --servers, each of --runs repetitions and each --producers count P:
 a fire_bench-like run (benchmarks/fire_bench.py: a database of its own, one `delayq node`
@@ -16,18 +16,19 @@ counts (all N of one repetition, then the next), so slow spells of a shared mach
 fall on every N.
 
 Per run: schedule rate (jobs / seconds in schedule_many), fire rate (records / span of
-their fired_ms), lateness p50/p99 at the consumer, and CPU seconds (user + system,
-psutil) of each MariaDB server (the mariadbd process listening on the server's port),
-the node, this process (the producer while scheduling, the consumer while firing) and
-Redis, in two phases: "schedule" from the first schedule_many to the first due time
-(what MariaDB flushes in the background after the commits counts with scheduling) and
-"fire" from the first due time to SETTLE_S after the last job arrived (the node records
-the last fires in MySQL after publishing them). Before scheduling, each process's idle
-rate is sampled for --idle seconds (other users of the shared servers show there); the
-per-job figures are (phase CPU − idle rate × phase seconds) / jobs, in µs, the raw ones
-are in the JSON.
+their fired_ms), lateness p50/p99 at the consumer, and CPU in two phases: "schedule" from
+the first schedule_many to the first due time (what MariaDB flushes in the background
+after the commits counts with scheduling) and "fire" from the first due time to SETTLE_S
+after the last job arrived (the node records the last fires in MySQL after publishing
+them). Of each MariaDB server: the CPU of the threads serving the run's connections
+(benchmarks/mysql_servers_cpu.py; robust to the other clients of a shared server), also
+less what they spent per second in the --idle seconds sampled before scheduling, while
+the node only polled; and of its background threads. Of the node, this process (the
+producer while scheduling, the consumer while firing), Redis and the whole mariadbd
+processes: their CPU less their idle rate. All per job, in µs; the JSON has the raw
+figures too.
 
-Prints a table per phase of results and writes every run to benchmarks/results/
+Prints two tables (the rates; the CPU per job) and writes every run to benchmarks/results/
 mysql_servers_bench-<time>.json (or --out). Needs the local stack with --mysql-servers 3
 (or as many servers as the largest N) and psutil (the dev extra).
 """
@@ -60,71 +61,32 @@ from fire_bench import (
     machine,
     start_consumer,
 )
+from mysql_servers_cpu import (
+    ThreadCpu,
+    cpu_table,
+    delta,
+    server_processes,
+    snapshot,
+    thread_delta,
+    watched_processes,
+)
 
 from cluster import DelayClient, Job
 from cluster.settings.config import Settings
-from cluster.store.servers import server_specs
 from cluster.store.sql import parse_mysql_url
 
 SETTLE_S = 2.0
+CORES = psutil.cpu_count() or 1
 PROGRESS_EVERY_S = 3.0
 
 
 @dataclass(frozen=True)
-class Watched:
-    """A process whose CPU time a run reads."""
+class Mark:
+    """The clock and the CPU counters at a phase's start or end."""
 
-    name: str  # "mysql 0", "node", "bench", "redis"
-    process: psutil.Process
-
-
-def cpu_seconds(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
-
-
-def snapshot(watched: Sequence[Watched]) -> dict[str, float]:
-    return {w.name: cpu_seconds(w.process) for w in watched}
-
-
-def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
-    return {name: round(after[name] - before[name], 3) for name in after}
-
-
-def listening_on(port: int, names: tuple[str, ...]) -> psutil.Process:
-    """The process named one of `names` that listens on 127.0.0.1/any address:`port`."""
-    for process in psutil.process_iter(["name"]):
-        if process.info["name"] not in names:
-            continue
-        try:
-            sockets = process.net_connections(kind="tcp")
-        except (psutil.AccessDenied, psutil.NoSuchProcess):
-            continue
-        if any(s.status == psutil.CONN_LISTEN and s.laddr.port == port for s in sockets):
-            return process
-    raise SystemExit(f"no {'/'.join(names)} process listens on port {port}")
-
-
-def watched_processes(settings: Settings, all_servers: Settings) -> list[Watched]:
-    """Every MariaDB server of the environment (unused ones show the shared machine's
-    noise), the node(s) this process started, this process and Redis."""
-    found = [
-        Watched(f"mysql {spec.index}", listening_on(parse_mysql_url(spec.url)["port"], MARIADB))
-        for spec in server_specs(all_servers)
-    ]
-    nodes = [
-        child
-        for child in psutil.Process().children()
-        if "cluster.cli.main" in " ".join(child.cmdline())
-    ]
-    found += [Watched(f"node {i}" if i else "node", p) for i, p in enumerate(nodes)]
-    found.append(Watched("bench", psutil.Process()))
-    redis_port = int(settings.redis_url.rsplit(":", 1)[1].split("/", 1)[0])
-    found.append(Watched("redis", listening_on(redis_port, ("redis-server",))))
-    return found
-
-
-MARIADB = ("mariadbd", "mysqld")
+    at: float
+    threads: dict[str, dict[str, float]]  # ThreadCpu.sample()
+    processes: dict[str, float]  # snapshot()
 
 
 class Progress:
@@ -188,37 +150,51 @@ async def one_run(
     )
     progress = Progress(label)
     got = Received()
+    all_servers = env.replace(mysql_databases=args.databases)
+    servers_running = server_processes(all_servers)  # before anything is created
     progress.say("creating the database and starting the node", force=True)
     async with bench_cluster(1, base=base) as settings:
-        watched = watched_processes(settings, env.replace(mysql_databases=args.databases))
+        watched = watched_processes(settings, servers_running)
+        threads = ThreadCpu(parse_mysql_url(settings.mysql_url)["db"])
+
+        async def mark() -> Mark:
+            return Mark(time.time(), await threads.sample(), snapshot(watched))
+
         topic = f"bench.{settings.key_prefix}"
         async with kafka_topic(settings, topic):
             reopen = functools.partial(start_consumer, settings, topic)
             consumer = await reopen()
             try:
-                idle_from = snapshot(watched)
+                await threads.open(all_servers, watched)
+                idle_from = await mark()
                 await asyncio.sleep(args.idle)
-                idle = {k: v / args.idle for k, v in delta(snapshot(watched), idle_from).items()}
+                idle_to = await mark()
+                idle_s = idle_to.at - idle_from.at
+                idle = {
+                    k: v / idle_s for k, v in delta(idle_to.processes, idle_from.processes).items()
+                }
+                idle_threads = thread_delta(idle_to.threads, idle_from.threads)
                 first_due_ms = round((time.time() + args.lead) * 1000)
                 dues = due_times("uniform", args.jobs, first_due_ms, args.window)
                 last_due_s = dues[-1] / 1000
                 consuming = asyncio.create_task(
                     consume(consumer, reopen, got, args.jobs, last_due_s, last_due_s + 300)
                 )
-                marks = {"schedule": (time.time(), snapshot(watched))}
+                marks = {"schedule": await mark()}
                 rate = await schedule(settings, topic, dues, args, producers, progress)
                 scheduled_at = time.time()
                 progress.say(f"scheduled: {rate:,.0f} jobs/s", force=True)
                 await sleep_until(first_due_ms / 1000)
-                marks["fire"] = (time.time(), snapshot(watched))
+                marks["fire"] = await mark()
                 reporter = asyncio.create_task(report_received(got, args.jobs, progress))
                 try:
                     await consuming
                 finally:
                     reporter.cancel()
                 await asyncio.sleep(SETTLE_S)
-                marks["end"] = (time.time(), snapshot(watched))
+                marks["end"] = await mark()
             finally:
+                await threads.close()
                 await consumer.stop()
     fired = fire_result(
         argparse.Namespace(
@@ -236,25 +212,47 @@ async def one_run(
         rate,
         scheduled_at * 1000 < first_due_ms,
     )
+    jobs: int = args.jobs
+
+    def per_job(cpu_s: float) -> float:
+        return round(cpu_s / jobs * 1e6, 1)
+
     phases = {}
     for phase, end in (("schedule", "fire"), ("fire", "end")):
-        (t0, cpu0), (t1, cpu1) = marks[phase], marks[end]
-        raw = delta(cpu1, cpu0)
+        first, last = marks[phase], marks[end]
+        seconds = last.at - first.at
+        raw = delta(last.processes, first.processes)
+        by_thread = thread_delta(last.threads, first.threads)
         phases[phase] = {
-            "wall_s": round(t1 - t0, 2),
+            "wall_s": round(seconds, 2),
             "cpu_s": raw,
-            "cpu_us_per_job": {
-                name: round(max(0.0, raw[name] - idle[name] * (t1 - t0)) / args.jobs * 1e6, 1)
+            "mysql_threads_cpu_s": by_thread,
+            "machine_busy": round(raw["machine"] / seconds / CORES, 3),
+            "cpu_us_per_job": {name: per_job(raw[name]) for name in raw if name != "machine"},
+            "cpu_us_per_job_net_of_idle": {
+                name: per_job(max(0.0, raw[name] - idle[name] * seconds))
                 for name in raw
+                if name != "machine"
             },
+            "ours_us_per_job": {k: per_job(v["ours"]) for k, v in by_thread.items()},
+            # Less what the node's connections spent per second while idle (its polling).
+            "ours_net_us_per_job": {
+                k: per_job(max(0.0, v["ours"] - idle_threads[k]["ours"] / idle_s * seconds))
+                for k, v in by_thread.items()
+            },
+            "background_us_per_job": {k: per_job(v["background"]) for k, v in by_thread.items()},
         }
     result = {
         "servers": servers,
         "producers": producers,
         "server_of_shard": {str(d): d * servers // args.databases for d in range(args.databases)},
         "schedule_rate_per_s": round(rate),
-        "scheduling_s": round(scheduled_at - marks["schedule"][0], 2),
+        "scheduling_s": round(scheduled_at - marks["schedule"].at, 2),
         "idle_cpu_per_s": {k: round(v, 4) for k, v in idle.items()},
+        # The node's own connections while no job is due: its polling, per server.
+        "idle_ours_cpu_ms_per_s": {
+            k: round(v["ours"] / idle_s * 1000, 2) for k, v in idle_threads.items()
+        },
         "phases": phases,
         **{
             k: fired[k]
@@ -313,30 +311,6 @@ def rate_table(runs: list[dict[str, Any]], databases: int, producer_counts: list
     return "\n".join(lines)
 
 
-def median_of(runs: list[dict[str, Any]], phase: str, name: str) -> float:
-    return statistics.median(r["phases"][phase]["cpu_us_per_job"][name] for r in runs)
-
-
-def cpu_table(runs: list[dict[str, Any]], servers_max: int) -> str:
-    """µs of CPU per job, the median of the runs, per phase and process."""
-    head = ["MySQL servers", "phase"]
-    head += [f"MariaDB server {i}" for i in range(servers_max)]
-    head += ["MariaDB, all", "node", "benchmark process", "Redis"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for n in sorted({r["servers"] for r in runs}):
-        mine = [r for r in runs if r["servers"] == n]
-        for phase, bench in (("schedule", "producer"), ("fire", "consumer")):
-            used = [median_of(mine, phase, f"mysql {i}") for i in range(n)]
-            cells = [str(n), phase]
-            cells += [f"{v:.1f}" for v in used] + ["—"] * (servers_max - n)
-            cells.append(f"{sum(used):.1f}")
-            cells.append(f"{median_of(mine, phase, 'node'):.1f}")
-            cells.append(f"{median_of(mine, phase, 'bench'):.1f} ({bench})")
-            cells.append(f"{median_of(mine, phase, 'redis'):.1f}")
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 # ----- main --------------------------------------------------------------------------------
 
 
@@ -350,7 +324,11 @@ async def run_all(args: argparse.Namespace, save: Callable[[list[dict[str, Any]]
                     f"[{len(runs) + 1}/{total}] servers={servers} producers={producers} "
                     f"run {repetition}:"
                 )
-                result = await one_run(args, servers, producers, label)
+                try:
+                    result = await one_run(args, servers, producers, label)
+                except Exception as exc:  # e.g. a shared server restarted: go on, say so
+                    print(f"{label} failed: {exc!r}", file=sys.stderr, flush=True)
+                    result = {"servers": servers, "producers": producers, "error": repr(exc)}
                 runs.append(result | {"repetition": repetition})
                 save(runs)
 
@@ -377,10 +355,10 @@ def parse_args() -> argparse.Namespace:
         "--lead",
         type=float,
         default=None,
-        help="seconds from the start of scheduling to the first due time (default 5 + jobs/8000)",
+        help="seconds from the start of scheduling to the first due time (default 5 + jobs/6000)",
     )
     parser.add_argument(
-        "--idle", type=float, default=4.0, help="seconds of idle CPU sampling before each run"
+        "--idle", type=float, default=6.0, help="seconds of idle CPU sampling before each run"
     )
     parser.add_argument("--out", type=Path, default=None, help="where to write the JSON")
     args = parser.parse_args()
@@ -393,7 +371,7 @@ def parse_args() -> argparse.Namespace:
     if max(args.servers) > 1 and args.databases < max(args.servers):
         parser.error("--databases must be at least the largest --servers")
     if args.lead is None:
-        args.lead = 5 + args.jobs / 8000
+        args.lead = 5 + args.jobs / 6000
     return args
 
 
@@ -423,11 +401,15 @@ def main() -> None:
         save(done)
 
     uvloop.run(run_all(args, keep))
+    failed = [r for r in runs if "error" in r]
+    runs[:] = [r for r in runs if "error" not in r]
     print(f"\n{command}\n")
     print(rate_table(runs, args.databases, args.producers))
-    print("\nCPU µs per job (median of the runs; idle rate subtracted):\n")
+    print("\nCPU µs per job, the median of the runs:\n")
     print(cpu_table(runs, max(args.servers)))
     print(f"\nwritten to {path}")
+    if failed:
+        print(f"{len(failed)} run(s) failed (left out of the tables): see the JSON")
     if any(r["missing"] or r["early"] for r in runs):
         sys.exit("some jobs were missing or early")
 

@@ -161,9 +161,12 @@ class ShardRouter:
         self.in_transit = moving - set(homes)
 
     async def _shards_of(self, spec: ServerSpec) -> dict[int, str]:
-        pool = await self.server_pool(spec.index)
-        async with pool.acquire() as conn, conn.cursor() as cur:
-            return await recorded_shards(cur, self.database, self.settings.mysql_databases)
+        async def read(conn: Any) -> dict[int, str]:
+            async with conn.cursor() as cur:
+                return await recorded_shards(cur, self.database, self.settings.mysql_databases)
+
+        # Bounded like any statement: a frozen server must not hold up the others' homes.
+        return await self._on_server(spec.index, read, True)
 
     async def home_of(self, d: int) -> int:
         """The index of the server serving logical shard d; StoreUnavailable when no

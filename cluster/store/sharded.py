@@ -60,8 +60,12 @@ class ShardedStore:
         every connection the pools open later must use it too, or it is refused before
         logging in (cluster/store/connect.py)."""
         self.router.closed = False
+        limit = self.settings.mysql_statement_timeout_s  # a frozen server: not answering
         opened = await asyncio.gather(
-            *(self.router.server_pool(spec.index) for spec in self.servers),
+            *(
+                asyncio.wait_for(self.router.server_pool(spec.index), limit)
+                for spec in self.servers
+            ),
             return_exceptions=True,
         )
         failures = [r for r in opened if isinstance(r, BaseException)]

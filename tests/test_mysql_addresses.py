@@ -17,6 +17,9 @@ import pytest
 from cluster.store import connect
 from cluster.store.sql import parse_mysql_url
 
+# Against the single Redis only: it tests MySQL connections alone.
+pytestmark = pytest.mark.once
+
 
 class Silent:
     """A TCP listener that accepts connections and never sends a byte."""

@@ -16,6 +16,9 @@ from cluster.store.connect import connect
 from cluster.store.sql import parse_mysql_url
 from tests.conftest import SECURE_RUN
 
+# Against the single Redis only: it tests the local stack's commands.
+pytestmark = pytest.mark.once
+
 SERVERS = 3
 COUNT_VARIABLE = "DELAYQ_SERVICES_MYSQL_SERVERS"
 

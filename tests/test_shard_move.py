@@ -47,6 +47,9 @@ from cluster.store.shard_move import (
 from cluster.store.shard_plan import check
 from tests.conftest import TOPIC_PARTITIONS, Collector, wait_for
 
+# Against the single Redis only: it makes servers and databases of its own.
+pytestmark = pytest.mark.once
+
 DATABASES, TABLES = 4, 2
 SHARD, SOURCE, TARGET = 2, 1, 2
 # Rows padding the moving shard in the load test (DELAYQ_TEST_MOVE_ROWS for a bigger run).

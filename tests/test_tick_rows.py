@@ -17,11 +17,16 @@ from cluster.settings.config import Settings
 from cluster.store.mysql_store import MySQLStore
 from tests.mysql_tools import on_shard
 
+# Against the single Redis only: it makes databases of its own.
+pytestmark = pytest.mark.once
+
 
 @pytest.fixture
 async def four_shards(redis_settings: Settings) -> AsyncIterator[Settings]:
     """A cluster with four logical shards on mysql_url's server alone."""
-    base = redis_settings.replace(mysql_databases=4, mysql_servers="", mysql_shard_map="")
+    base = redis_settings.replace(
+        mysql_databases=4, mysql_tables=4, mysql_servers="", mysql_shard_map=""
+    )
     settings = await create_cluster_database(base, f"delayq_{base.key_prefix}")
     yield settings
     await drop_cluster_database(settings)

@@ -36,10 +36,8 @@ from cluster.devstack.service import (
     MYSQL_DATABASE,
     MYSQL_PASSWORD,
     MYSQL_USER,
-    POLL_S,
     Service,
     ServicesError,
-    log_tail,
     say,
     state_dir,
 )
@@ -203,29 +201,15 @@ def _spawn(svc: Service, *, bootstrap: bool) -> int:
 
 def wait_synced(svc: Service, pid: int, *, set_up: bool = False) -> None:
     """Wait until the node is Synced (after creating the database and user: set_up)."""
-    deadline = time.monotonic() + JOIN_TIMEOUT_S
-    last = "the port never accepted a connection"
-    while True:
-        if not processes.alive(pid):
-            svc.pid_file.unlink(missing_ok=True)
-            raise ServicesError(
-                f"{svc.name} (pid {pid}) exited while starting; see {svc.log_file}{log_tail(svc)}"
-            )
-        if processes.serves(svc, pid):
-            try:
-                if set_up:
-                    mariadb.setup(svc)
-                    set_up = False
-                svc.probe(svc)
-                return
-            except Exception as exc:
-                last = f"{type(exc).__name__}: {exc}".strip()
-        if time.monotonic() >= deadline:
-            raise ServicesError(
-                f"{svc.name} (pid {pid}) not synced after {JOIN_TIMEOUT_S:.0f} s ({last}); "
-                f"left running for a look; see {svc.log_file}{log_tail(svc)}"
-            )
-        time.sleep(POLL_S)
+    setup = mariadb.setup if set_up else None
+    processes.wait_ready(
+        svc,
+        pid,
+        timeout_s=JOIN_TIMEOUT_S,
+        setup=setup,
+        ready="synced",
+        stop="delayq services down --galera",
+    )
 
 
 def _recovered_position(svc: Service) -> str | None:

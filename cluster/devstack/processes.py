@@ -12,11 +12,19 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
-from cluster.devstack.service import HOST, STOP_TIMEOUT_S, Service
+from cluster.devstack.service import (
+    HOST,
+    POLL_S,
+    STOP_TIMEOUT_S,
+    Service,
+    ServicesError,
+    log_tail,
+)
 
 # Children started by this process, so that they can be reaped (a zombie still has a pid).
 _children: dict[int, subprocess.Popen[bytes]] = {}
@@ -161,3 +169,41 @@ def stop_pid(pid: int) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def wait_ready(
+    svc: Service,
+    pid: int,
+    *,
+    timeout_s: float,
+    setup: Callable[[Service], None] | None = None,
+    ready: str = "ready",
+    stop: str = "delayq services down",
+) -> None:
+    """Wait until svc's process `pid` serves its port, has run `setup` once (if given),
+    and answers svc.probe. ServicesError when the process exits, or at the deadline
+    (then it is left running for a look), saying which step it reached."""
+    deadline = time.monotonic() + timeout_s
+    last_error = "the port never accepted a connection"
+    while True:
+        if not alive(pid):
+            svc.pid_file.unlink(missing_ok=True)
+            raise ServicesError(
+                f"{svc.name} (pid {pid}) exited while starting; see {svc.log_file}{log_tail(svc)}"
+            )
+        if serves(svc, pid):
+            try:
+                if setup is not None:
+                    setup(svc)
+                    setup = None
+                svc.probe(svc)
+                return
+            except Exception as exc:
+                last_error = f"{type(exc).__name__}: {exc}".strip()
+        if time.monotonic() >= deadline:
+            raise ServicesError(
+                f"{svc.name} (pid {pid}) not {ready} on {svc.address} after "
+                f"{timeout_s:.0f} s ({last_error}); it is left running for a look "
+                f"(`{stop}` stops it); see {svc.log_file}{log_tail(svc)}"
+            )
+        time.sleep(POLL_S)

@@ -42,7 +42,6 @@ import os
 import shlex
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -58,13 +57,11 @@ from cluster.devstack.service import (
     MYSQL_DATABASE,
     MYSQL_PASSWORD,
     MYSQL_USER,
-    POLL_S,
     READY_TIMEOUT_S,
     REPLICA_PORTS,
     Service,
     ServicesError,
     kafka_broker_wanted,
-    log_tail,
     port_variable,
     redis_cluster_wanted,
     redis_replicas_wanted,
@@ -232,31 +229,7 @@ def _answers(svc: Service, pid: int) -> bool:
 
 
 def _wait_ready(svc: Service, pid: int) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    set_up = svc.setup is None
-    last_error = "the port never accepted a connection"
-    while True:
-        if not processes.alive(pid):
-            svc.pid_file.unlink(missing_ok=True)
-            raise ServicesError(
-                f"{svc.name} (pid {pid}) exited while starting; see {svc.log_file}{log_tail(svc)}"
-            )
-        if processes.serves(svc, pid):
-            try:
-                if not set_up and svc.setup is not None:
-                    svc.setup(svc)
-                    set_up = True
-                svc.probe(svc)
-                return
-            except Exception as exc:
-                last_error = f"{type(exc).__name__}: {exc}".strip()
-        if time.monotonic() >= deadline:
-            raise ServicesError(
-                f"{svc.name} (pid {pid}) not ready on {svc.address} after "
-                f"{READY_TIMEOUT_S:.0f} s ({last_error}); it is left running for a look "
-                f"(`delayq services down` stops it); see {svc.log_file}{log_tail(svc)}"
-            )
-        time.sleep(POLL_S)
+    processes.wait_ready(svc, pid, timeout_s=READY_TIMEOUT_S, setup=svc.setup)
 
 
 def up(*, secure: bool = False) -> None:

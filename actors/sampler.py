@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
@@ -92,9 +93,12 @@ class Sampler(Actor):
         return all(result is True for result in answered)
 
     async def _ask_server(self, index: int) -> bool:
-        pool = await self.mysql.server_pool(index)
-        async with pool.acquire() as conn, conn.cursor() as cur:
-            await cur.execute("SELECT 1")
+        async def ask(conn: Any) -> None:
+            async with conn.cursor() as cur:
+                await cur.execute("SELECT 1")
+
+        # Bounded, and a check cut off closes its connection rather than reusing it.
+        await self.mysql.router.on_server(index, ask, self.timeout_s)
         self.mysql_last_ok[index] = time.monotonic()
         return True
 

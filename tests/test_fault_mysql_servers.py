@@ -34,10 +34,8 @@ from typing import Any
 import orjson
 import pymysql
 import pytest
-from aiokafka.admin import NewTopic
 
 from cluster import DelayClient, StoreUnavailable
-from cluster.connections.kafka_conn import make_admin, start_client
 from cluster.connections.redis_conn import RedisClient, open_redis
 from cluster.devstack.databases import create_cluster_database, drop_cluster_database
 from cluster.errors import ScheduleIncomplete
@@ -46,7 +44,8 @@ from cluster.store.connect import connect
 from cluster.store.servers import server_specs
 from cluster.store.sql import mysql_connect_args
 from tests.checker import Ledger, Verdict
-from tests.conftest import TOPIC_PARTITIONS, Collector, wait_for
+from tests.conftest import Collector, wait_for
+from tests.mysql_tools import ids_on_server
 from tests.processes import NodeProcess
 from tests.test_faults import assert_safe, reading, settle
 
@@ -184,30 +183,7 @@ async def redis(settings: Settings) -> AsyncIterator[RedisClient]:
     await client.aclose()
 
 
-@pytest.fixture
-async def client(settings: Settings) -> AsyncIterator[DelayClient]:
-    async with DelayClient(settings) as c:
-        yield c
-
-
-@pytest.fixture
-async def topic(settings: Settings) -> str:
-    name = f"test.{uuid.uuid4().hex[:12]}"
-    admin = make_admin(settings)
-    try:
-        await start_client(admin, settings)
-        await admin.create_topics([NewTopic(name, TOPIC_PARTITIONS, 1)])
-    finally:
-        await admin.close()
-    return name
-
-
-@pytest.fixture
-async def collector(settings: Settings, topic: str) -> AsyncIterator[Collector]:
-    c = Collector(settings, topic)
-    await c.start()
-    yield c
-    await c.stop()
+# client, topic and collector are conftest's, made with this module's settings.
 
 
 # ----- the load and what it was told ------------------------------------------------------
@@ -240,12 +216,7 @@ class Producer:
 
     def ids_on(self, server: int, count: int) -> list[str]:
         """New job ids whose rows live on `server`."""
-        found: list[str] = []
-        while len(found) < count:
-            job_id = next(self._ids)
-            if self.server_of(job_id) == server:
-                found.append(job_id)
-        return found
+        return ids_on_server(self.client.mysql, server, f"{next(self._ids)}-", count)
 
     async def schedule(self, jobs: list[dict[str, Any]], server: int | None) -> Call:
         started, clock = time.time(), time.monotonic()

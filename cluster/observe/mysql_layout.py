@@ -11,7 +11,6 @@ from typing import Any
 import pymysql
 
 from cluster.settings.config import Settings
-from cluster.store.routing import recorded_shards
 from cluster.store.sharded import ShardedStore
 
 # A server slower than this to answer is shown as not answering.
@@ -48,11 +47,8 @@ async def read_layout(settings: Settings) -> list[ServerLayout]:
 async def _read(store: ShardedStore, index: int) -> ServerLayout:
     spec = store.servers[index]
     try:
-        async with asyncio.timeout(ASK_TIMEOUT_S):
-            pool = await store.server_pool(index)
-            async with pool.acquire() as conn, conn.cursor() as cur:
-                shards = await recorded_shards(cur, store.database, store.settings.mysql_databases)
-    except (pymysql.err.Error, OSError, TimeoutError) as exc:
+        shards = await store.router.shards_of(spec, ASK_TIMEOUT_S)
+    except (pymysql.err.Error, OSError) as exc:
         return ServerLayout(index, spec.name, False, f"{type(exc).__name__}: {exc}", {})
     return ServerLayout(index, spec.name, True, "", shards)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import defaultdict
 from collections.abc import Sequence
 from itertools import chain
 from typing import TYPE_CHECKING, Any
@@ -69,38 +68,26 @@ async def insert_jobs(store: ShardedStore, jobs: Sequence[ValidJob], slots: Sequ
                 with contextlib.suppress(pymysql.err.Error):
                     await conn.rollback()
 
-    dbs = {shard[0] for shard in by_shard}
-    homes = {store.router.homes.get(d) for d in dbs}
-    if len(homes) == 1 and None not in homes:
-        return sum(await store.router.run_grouped(dbs, insert, bounded=False))
-    # Several servers (or one unknown): each on its own, all at once.
-    groups: dict[int | None, list[int]] = defaultdict(list)
-    for d in sorted(dbs):
-        groups[store.router.homes.get(d)].append(d)
-    results = await asyncio.gather(
-        *(store.router.run_grouped(group, insert, bounded=False) for group in groups.values()),
-        return_exceptions=True,
+    # Each server on its own, all at once; one server fails as before (raises).
+    parts, failures = await store.router.run_each_server(
+        {shard[0] for shard in by_shard}, insert, bounded=False
     )
+    if not failures:
+        return sum(parts)
+    failed = {d: error for dbs, error in failures for d in dbs}
     committed: list[int] = []
     refused: list[int] = []
     unknown: list[int] = []
-    inserted = 0
-    cause: BaseException | None = None
-    for group, result in zip(groups.values(), results, strict=True):
-        indexes = [i for shard, ix in by_shard.items() if shard[0] in group for i in ix]
-        if isinstance(result, BaseException):
-            if not isinstance(result, Exception):
-                raise result
-            cause = cause or result
-            (unknown if isinstance(result, CommitUnknown) else refused).extend(indexes)
+    for shard, indexes in by_shard.items():
+        error = failed.get(shard[0])
+        if error is None:
+            committed += indexes
         else:
-            committed.extend(indexes)
-            inserted += sum(result)
-    if cause is not None:
-        if not committed and not unknown:
-            raise cause  # nothing anywhere: as one server's failure
-        raise PartialCommit(sorted(committed), sorted(refused), sorted(unknown), cause)
-    return inserted
+            (unknown if isinstance(error, CommitUnknown) else refused).extend(indexes)
+    cause = failures[0][1]
+    if not committed and not unknown:
+        raise cause  # nothing anywhere: as one server's failure
+    raise PartialCommit(sorted(committed), sorted(refused), sorted(unknown), cause)
 
 
 async def _insert_on(

@@ -131,7 +131,7 @@ class ShardRouter:
         noted in `down` and its shards are unknown until it answers."""
         self._looked_at = asyncio.get_running_loop().time()
         found = await asyncio.gather(
-            *(self._shards_of(spec) for spec in self.servers), return_exceptions=True
+            *(self.shards_of(spec) for spec in self.servers), return_exceptions=True
         )
         homes: dict[int, int] = {}
         moving: set[int] = set()  # said moved or copying by some server
@@ -160,13 +160,15 @@ class ShardRouter:
         self.homes = {d: s for d, s in homes.items() if s >= 0}
         self.in_transit = moving - set(homes)
 
-    async def _shards_of(self, spec: ServerSpec) -> dict[int, str]:
+    async def shards_of(self, spec: ServerSpec, bounded: bool | float = True) -> dict[int, str]:
+        """Server spec's delayq_shards rows (recorded_shards)."""
+
         async def read(conn: Any) -> dict[int, str]:
             async with conn.cursor() as cur:
                 return await recorded_shards(cur, self.database, self.settings.mysql_databases)
 
         # Bounded like any statement: a frozen server must not hold up the others' homes.
-        return await self._on_server(spec.index, read, True)
+        return await self.on_server(spec.index, read, bounded)
 
     async def home_of(self, d: int) -> int:
         """The index of the server serving logical shard d; StoreUnavailable when no
@@ -219,7 +221,7 @@ class ShardRouter:
 
     # ----- running statements ------------------------------------------------------------
 
-    async def _on_server(
+    async def on_server(
         self, server: int, call: Callable[[Any], Awaitable[T]], bounded: bool | float
     ) -> T:
         """call(connection) on a connection of `server`; `bounded` (True:
@@ -251,7 +253,7 @@ class ShardRouter:
     async def run(
         self, d: int, work: Callable[[Any], Awaitable[T]], *, bounded: bool | float = True
     ) -> T:
-        """work(connection) on logical shard d's home server (bounded: see _on_server). A
+        """work(connection) on logical shard d's home server (bounded: see on_server). A
         statement that finds the shard's tables gone (a move switched it) is run again
         at the new home: `work` must be safe to repeat when it failed (each statement's
         own transaction, or one that the failure rolled back)."""
@@ -259,7 +261,7 @@ class ShardRouter:
         while True:
             home = await self.home_of(d)
             try:
-                return await self._on_server(home, work, bounded)
+                return await self.on_server(home, work, bounded)
             except pymysql.err.ProgrammingError as exc:
                 if not is_no_such_table(exc):
                     raise
@@ -302,7 +304,7 @@ class ShardRouter:
                 failures.append(([d], exc))
         if len(by_server) == 1 and not failures:
             [(server, group)] = by_server.items()
-            return [await self._run_group(server, group, work, bounded)], []
+            return await self._run_group(server, group, work, bounded), []
         results = await asyncio.gather(
             *(self._run_group(s, g, work, bounded) for s, g in by_server.items()),
             return_exceptions=True,
@@ -314,7 +316,7 @@ class ShardRouter:
                     raise result
                 failures.append((group, result))
             else:
-                parts.append(result)
+                parts.extend(result)
         return parts, failures
 
     async def _run_group(
@@ -323,30 +325,14 @@ class ShardRouter:
         group: list[int],
         work: Callable[[Any, list[int]], Awaitable[T]],
         bounded: bool | float,
-    ) -> T:
+    ) -> list[T]:
+        """work on one server's group: one result, or, when a shard of the group moved
+        meanwhile, one per server the group is on now."""
         try:
-            return await self._on_server(server, lambda conn: work(conn, group), bounded)
+            return [await self.on_server(server, lambda conn: work(conn, group), bounded)]
         except pymysql.err.ProgrammingError as exc:
             if not is_no_such_table(exc):
                 raise
             deadline = asyncio.get_running_loop().time() + self.settings.mysql_move_wait_s
             await self._after_missing_table(group, server, deadline, exc)
-        # Run again, split over the servers the group's shards are on now.
-        results = await self.run_grouped(group, work, bounded=bounded)
-        return results[0] if len(results) == 1 else _merged(results)
-
-
-def _merged(results: list[Any]) -> Any:
-    """Results of one group's work split over several servers, put together: sums of
-    counts, concatenated lists, merged dicts (whatever the work returns)."""
-    first = results[0]
-    if isinstance(first, dict):
-        merged: dict[Any, Any] = {}
-        for r in results:
-            merged.update(r)
-        return merged
-    if isinstance(first, list):
-        return [x for r in results for x in r]
-    if first is None:
-        return None
-    return sum(results)
+        return await self.run_grouped(group, work, bounded=bounded)

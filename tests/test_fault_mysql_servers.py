@@ -4,8 +4,8 @@ killed -9 and started again, frozen (SIGSTOP) and woken, or killed in the middle
 large schedule_many.
 
 These scenarios kill MariaDB servers, so they run on a private stack of their own
-(`delayq services up --mysql-servers 3` with its own state folder and ports: Redis 46379,
-MariaDB 46306/46316/46326, ZooKeeper 42181, Kafka 49092; DELAYQ_TEST_PRIVATE_STACK_DIR
+(`delayq services up --mysql-servers 3` with its own state folder and ports: Redis 26379,
+MariaDB 26306/26316/26326, ZooKeeper 22181, Kafka 29092; DELAYQ_TEST_PRIVATE_STACK_DIR
 moves the folder), started by this module and stopped at its end; the shared local stack
 is never touched. Each scenario checks what the fault suite checks (tests/checker.py:
 nothing lost, none early, MySQL and Redis agree afterwards), and that a job named
@@ -52,7 +52,7 @@ from tests.test_faults import assert_safe, reading, settle
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
 STATE_DIR = Path(os.environ.get("DELAYQ_TEST_PRIVATE_STACK_DIR", "/tmp/delayq-fault-mysql-servers"))
-PORTS = {"REDIS": "46379", "MYSQL": "46306", "ZOOKEEPER": "42181", "KAFKA": "49092"}
+PORTS = {"REDIS": "26379", "MYSQL": "26306", "ZOOKEEPER": "22181", "KAFKA": "29092"}
 SERVERS = 3
 DATABASES = 6  # two logical shards per server
 FAILED = 1  # the server the faults strike (logical shards 2 and 3)

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 import orjson
 from aiohttp import web
-from prometheus_client import ProcessCollector
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -32,6 +31,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from actors.health import Verdict, busy_s, liveness, readiness
 from actors.histogram import Histograms
 from cluster.process.metrics_http import MetricsEndpoint, labelled_counter
+from cluster.process.runtime_metrics import register_process_metrics
 from cluster.settings.config import Settings
 
 if TYPE_CHECKING:
@@ -74,6 +74,7 @@ METRIC_NAMES = frozenset(
         "delayq_ready",
         "delayq_node_info",
         "delayq_metrics_topics_folded",
+        "delayq_asyncio_tasks",  # cluster/process/runtime_metrics.py
     }
 )
 # The topic label of the series that sum the topics beyond metrics_max_topics: not a
@@ -346,7 +347,7 @@ class MetricsServer:
         self.node = node
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(NodeCollector(node))
-        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total and friends
+        register_process_metrics(self.registry)  # RSS, CPU, fds, asyncio tasks
         self.endpoint = MetricsEndpoint(
             settings,
             self.registry,

@@ -102,7 +102,7 @@ async def verdict(
 ) -> Verdict:
     fired = Counter(str(r["job_id"]) for r in records)
     dead = {job.job_id for job in await client.dead_letters(limit=10**9)}
-    rows = await _all_rows(client)
+    rows = await all_rows(client)
     return Verdict(
         scheduled=len(ledger.scheduled),
         fired=len(fired),
@@ -180,7 +180,7 @@ async def invariant_violations(
     return violations
 
 
-async def _all_rows(client: DelayClient) -> dict[str, JobStatus]:
+async def all_rows(client: DelayClient) -> dict[str, JobStatus]:
     rows: dict[str, JobStatus] = {}
     for shard in client.mysql.all_shards():
         table, _ = client.mysql.shard_tables(shard)

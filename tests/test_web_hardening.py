@@ -396,3 +396,26 @@ async def test_cluster_status_prints_no_escape_sequence_a_member_planted(
                 assert b"red" in done.stdout
     finally:
         await node.stop()
+
+
+async def test_web_serves_its_process_metrics_on_metrics_port(settings: Settings) -> None:
+    """With metrics_port, `delayq web` serves /metrics there (RSS, open files, asyncio
+    tasks: watched in a soak like a node), never on the API's port."""
+    port = free_port()
+    async with (
+        delayq_web(settings, DELAYQ_METRICS_PORT=str(port)) as base,
+        aiohttp.ClientSession() as http,
+    ):
+        async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+            assert response.status == 200
+            text = await response.text()
+        async with http.get(f"{base}/metrics") as response:
+            assert response.status == 404
+    samples = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+    assert samples["delayq_asyncio_tasks"] >= 1
+    assert samples["process_resident_memory_bytes"] > 0
+    assert samples["process_open_fds"] > 0

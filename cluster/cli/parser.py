@@ -110,6 +110,15 @@ def _add_services(commands: Commands) -> None:
         "13406, 13416, 13426; not with --secure); with env: print "
         "DELAYQ_SERVICES_GALERA_URL, every node's address in one URL (docs/galera.md)",
     )
+    services.add_argument(
+        "--production-shape",
+        action="store_true",
+        help="act on the production shape: a Redis Cluster of 3 masters and 3 replicas, 3 "
+        "MariaDB servers, a ZooKeeper ensemble of 3, 3 Kafka brokers, and on them 3 delayq "
+        "nodes, delayq web (port 18470) and delayq ingress, with a cluster of their own "
+        "(key prefix prod, database delayq_prod); with env: that cluster's settings "
+        "(docs/operations.md)",
+    )
 
 
 def _add_db(commands: Commands) -> None:

@@ -16,6 +16,10 @@ def services(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    if args.production_shape:
+        from cluster.devstack import production
+
+        return production.run(args.action, purge=args.purge)
     return stack.run(
         args.action,
         purge=args.purge,

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from cluster.ingress.consumer import Ingress
 from cluster.process.metrics_http import MetricsEndpoint, labelled_counter
+from cluster.process.runtime_metrics import register_process_metrics
 from cluster.settings.config import Settings
 
 # Every delayq_ingress_* series an ingress process exposes.
@@ -30,6 +30,7 @@ METRIC_NAMES = frozenset(
         "delayq_ingress_store_failures_total",
         "delayq_ingress_error_send_failures_total",
         "delayq_ingress_last_round_seconds",
+        "delayq_asyncio_tasks",  # cluster/process/runtime_metrics.py
     }
 )
 
@@ -87,7 +88,7 @@ class IngressMetricsServer:
         self.settings = settings
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(IngressCollector(ingress))
-        ProcessCollector(registry=self.registry)
+        register_process_metrics(self.registry)  # RSS, CPU, fds, asyncio tasks
         self.endpoint = MetricsEndpoint(settings, self.registry, "ingress metrics")
 
     async def start(self) -> None:

@@ -23,6 +23,7 @@ from cluster.web.api import ROUTES, Api, Handler, json_response, problems_middle
 from cluster.web.auth import GRANTS, Tokens, is_loopback, parse_tokens
 from cluster.web.deadline import KEEPALIVE_S, HeaderDeadlineSite, request_started
 from cluster.web.guard import RequestGuard, allowed_names
+from cluster.web.metrics import WebMetricsServer
 from cluster.web.openapi import openapi_document
 from cluster.web.problems import Problem
 from cluster.web.stats import StatsSampler
@@ -156,6 +157,14 @@ async def serve(settings: Settings, host: str, port: int) -> int:
         except OSError as exc:
             await runner.cleanup()
             raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+        metrics = WebMetricsServer(settings) if settings.metrics_port else None
+        try:
+            if metrics is not None:
+                await metrics.start()  # ConfigError when metrics_port is taken
+        except ConfigError:
+            await stats.close()
+            await runner.cleanup()
+            raise
         bound = site.bound_port()
         scheme = "https" if context else "http"
         shown_host = f"[{host}]" if ":" in host else host
@@ -168,5 +177,7 @@ async def serve(settings: Settings, host: str, port: int) -> int:
             await stopping.wait()
         finally:
             await stats.close()
+            if metrics is not None:
+                await metrics.stop()
             await runner.cleanup()
     return 0

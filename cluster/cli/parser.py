@@ -104,6 +104,18 @@ def _add_services(commands: Commands) -> None:
         "servers made before without it; also DELAYQ_SERVICES_MYSQL_SERVERS",
     )
     services.add_argument(
+        "--zk-ensemble",
+        type=int,
+        choices=[1, 3],
+        metavar="N",
+        help="run ZooKeeper standalone (1, the default) or as an ensemble of 3: zookeeper "
+        "and zookeeper-2, zookeeper-3 on ports 12281, 12381 (with --secure 12282, 12382), "
+        "each with its quorum and election ports at its port + 10 and + 20; up waits for "
+        "a quorum; with env: DELAYQ_ZK_HOSTS names all three. A standalone ZooKeeper's data "
+        "moves into the ensemble; there is no way back but down --purge. Remembered: later "
+        "commands include the ensemble without it; also DELAYQ_SERVICES_ZK_ENSEMBLE",
+    )
+    services.add_argument(
         "--galera",
         action="store_true",
         help="act on a three-node MariaDB Galera cluster instead (galera-1..3 on ports "

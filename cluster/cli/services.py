@@ -30,4 +30,5 @@ def services(args: argparse.Namespace) -> int:
         kafka_brokers=args.kafka_brokers,
         mysql_servers_count=args.mysql_servers,
         galera_cluster=args.galera,
+        zk_ensemble_size=args.zk_ensemble,
     )

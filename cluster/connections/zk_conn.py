@@ -8,6 +8,10 @@ identity and none to anyone else. A znode someone else made (or opened) is not t
 check_acl() refuses one that lets any other identity write, create, delete or change
 its ACL. Without zk_auth znodes are world-writable (OPEN_ACL_UNSAFE) and nothing is
 checked: fit for trusted networks only (docs/security.md).
+
+Its sessions move to another server of the ensemble as soon as theirs closes the
+connection, and while no server answers they try them all again within a quarter of
+the session timeout (_Session; docs/cluster.md#a-zookeeper-ensemble).
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ import asyncio
 import base64
 import hashlib
 import logging
+import random
 from typing import Any
 
-from aiozk import ZKClient, exc, protocol
+from aiozk import RetryPolicy, ZKClient, exc, protocol
+from aiozk.connection import Connection
 from aiozk.protocol.acl import ACL
 from aiozk.protocol.stat import Stat
 from aiozk.session import Session
@@ -53,7 +59,101 @@ def znode_acl(settings: Settings) -> list[Any]:
     return [ACL.make("digest", digest_id(settings.zk_auth), **dict.fromkeys(PERMS_ALL, True))]
 
 
-class _DigestSession(Session):  # type: ignore[misc]  # aiozk has no type hints
+# The first wait between two rounds of tries over the servers, doubled each round up to a
+# quarter of the session timeout (_Session).
+FIND_WAIT_S = 0.25
+
+
+def find_waits(timeout_s: float) -> RetryPolicy:
+    """How long a session waits before each new round of tries over the servers when no
+    server answered the last one: FIND_WAIT_S, doubling, at most a quarter of the session
+    timeout. aiozk's own waits 4, 8, 16, 32 and then 60 s, so after an outage (every
+    server down, or no quorum) a node came back up to a minute after ZooKeeper did,
+    although a round costs one connection per server."""
+    cap = max(FIND_WAIT_S, timeout_s / 4)
+
+    def wait(timings: list[float]) -> float:
+        return min(cap, FIND_WAIT_S * 2.0 ** (len(timings) - 2))
+
+    return RetryPolicy(try_limit=None, sleep_func=wait)
+
+
+class _Connection(Connection):  # type: ignore[misc]  # aiozk has no type hints
+    """aiozk's connection, which calls `ended(self)` when its read loop ends."""
+
+    ended: Any = None
+
+    def start_read_loop(self) -> None:
+        super().start_read_loop()
+        self.read_loop_task.add_done_callback(lambda _: self.ended(self))
+
+
+class _Session(Session):  # type: ignore[misc]  # aiozk has no type hints
+    """An aiozk session that notices at once when the server closes its connection, and
+    whose rounds of tries over the servers are at most a quarter of the session timeout
+    apart (find_waits()).
+
+    aiozk's read loop just ends when the server closes the connection (as a ZooKeeper
+    server does when it loses its leader or quorum, or stops): nothing failed the
+    requests waiting for an answer or told the session, so it noticed only when its next
+    ping went unanswered, up to a whole session timeout later. By then a node has given
+    up its slots (at three quarters of it, actors/membership.py), although its session
+    would have lived on on another server."""
+
+    conn: Any  # aiozk's Connection, or None before the first
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._closing_old: set[asyncio.Task[None]] = set()
+
+    async def make_connection(self, host: str, port: int) -> Any:
+        # aiozk's make_connection, with a _Connection.
+        conn = _Connection(
+            host, port, watch_handler=self.event_dispatch, read_timeout=self.read_timeout
+        )
+        conn.ended = self._connection_ended
+        try:
+            await conn.connect()
+        except Exception as error:
+            log.debug("ZooKeeper: could not connect to %s:%s: %r", host, port, error)
+            return None
+        return conn
+
+    def _connection_ended(self, conn: Any) -> None:
+        """The server closed the session's connection: fail what waits on it, and look
+        for a server now."""
+        if conn is not self.conn or conn.closing or self.closing:
+            return  # closed by this side, or already replaced
+        log.info("ZooKeeper: %s:%s closed the connection", conn.host, conn.port)
+        conn.abort()
+        if self.state.current_state == States.CONNECTED:
+            self.state.transition_to(States.SUSPENDED)
+
+    async def find_server(self, allow_read_only: bool) -> None:
+        # aiozk's find_server, with find_waits() instead of its backoff to a minute.
+        policy = find_waits(self.timeout)
+        conn: Any = None
+        while conn is None:
+            await policy.enforce()
+            for host, port in random.sample(self.hosts, len(self.hosts)):
+                conn = await self.make_connection(host, port)
+                if conn is not None and conn.start_read_only and not allow_read_only:
+                    self._close_later(conn)
+                    conn = None
+                if conn is not None:
+                    log.info("ZooKeeper: connected to %s:%s", host, port)
+                    break
+        old, self.conn = self.conn, conn
+        if old is not None:
+            self._close_later(old)
+
+    def _close_later(self, conn: Any) -> None:
+        task = asyncio.create_task(conn.close(self.timeout))
+        self._closing_old.add(task)
+        task.add_done_callback(self._closing_old.discard)
+
+
+class _DigestSession(_Session):
     """An aiozk session that authenticates each connection before anything else is sent
     on it: aiozk calls set_existing_watches right after every (re)connect, and the auth
     request goes out before it yields, so no request can overtake it."""
@@ -82,7 +182,9 @@ def make_zk(settings: Settings) -> ZKClient:
     if settings.zk_auth:
         session = _DigestSession(settings.zk_hosts, timeout_s, None, False, None)
         session.credentials = settings.zk_auth.encode()
-        zk.session = session
+    else:
+        session = _Session(settings.zk_hosts, timeout_s, None, False, None)
+    zk.session = session
     return zk
 
 

@@ -53,6 +53,12 @@ SECURE_PORTS: dict[str, int] = {
 # With --mysql-servers N (DELAYQ_SERVICES_MYSQL_SERVERS=N): N MariaDB servers, "mysql" and
 # mysql-1 .. mysql-<N-1> on the mysql port + 10 * i (cluster/devstack/mysql_servers.py).
 MYSQL_SERVERS_MAX = 9
+# With --zk-ensemble 3 (DELAYQ_SERVICES_ZK_ENSEMBLE=3): "zookeeper" and two more servers;
+# each listens for its peers on its port + 10 and for elections on its port + 20
+# (cluster/devstack/zk_ensemble.py).
+ZK_PORTS: dict[str, int] = {"zookeeper-2": 12281, "zookeeper-3": 12381}
+SECURE_ZK_PORTS: dict[str, int] = {"zookeeper-2": 12282, "zookeeper-3": 12382}
+ZK_ENSEMBLE_SIZES = (1, 3)
 SECURE_CLUSTER_PORTS: dict[str, int] = {"redis-c1": 17011, "redis-c2": 17012, "redis-c3": 17013}
 SECURE_REPLICA_PORTS: dict[str, int] = {"redis-c4": 17014, "redis-c5": 17015, "redis-c6": 17016}
 MYSQL_DATABASE = "delayq"
@@ -125,8 +131,9 @@ def service_port(name: str, *, secure: bool = False) -> int:
                 **SECURE_CLUSTER_PORTS,
                 **SECURE_REPLICA_PORTS,
                 **SECURE_KAFKA_PORTS,
+                **SECURE_ZK_PORTS,
             }[name]
-        return {**DEFAULT_PORTS, **CLUSTER_PORTS, **REPLICA_PORTS, **KAFKA_PORTS}[name]
+        return {**DEFAULT_PORTS, **CLUSTER_PORTS, **REPLICA_PORTS, **KAFKA_PORTS, **ZK_PORTS}[name]
     try:
         port = int(raw)
     except ValueError:
@@ -157,6 +164,18 @@ def mysql_servers_wanted() -> int | None:
         raise ServicesError(
             f"{variable}={raw!r}: the stack runs 1 to {MYSQL_SERVERS_MAX} MariaDB servers"
         )
+    return int(raw)
+
+
+def zk_ensemble_wanted() -> int | None:
+    """How many ZooKeeper servers the stack is asked to run (DELAYQ_SERVICES_ZK_ENSEMBLE:
+    1 or 3), or None when the variable is not set."""
+    variable = "DELAYQ_SERVICES_ZK_ENSEMBLE"
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return None
+    if raw not in {str(size) for size in ZK_ENSEMBLE_SIZES}:
+        raise ServicesError(f"{variable}={raw!r}: the stack runs 1 or 3 ZooKeeper servers")
     return int(raw)
 
 

@@ -7,7 +7,9 @@ Docker needed:
 redis       16379  ``redis-server`` with AOF (appendfsync everysec, noeviction)
 mysql       13306  ``mariadbd`` with database ``delayq`` and user delayq/delayq; with
                    ``--mysql-servers 3`` also mysql-1 (13316) and mysql-2 (13326)
-zookeeper   12181  ZooKeeper standalone (``QuorumPeerMain``) on Java
+zookeeper   12181  ZooKeeper standalone (``QuorumPeerMain``) on Java; with
+                   ``--zk-ensemble 3`` an ensemble with zookeeper-2 (12281) and
+                   zookeeper-3 (12381) (cluster/devstack/zk_ensemble.py)
 kafka       19092  Apache Kafka in KRaft mode (cluster/devstack/kafka.py); with
                    ``--kafka-brokers 3`` also kafka-2 (19192) and kafka-3 (19292)
 ==========  =====  =============================================================
@@ -24,10 +26,10 @@ InitProducerId, so ``stack_env()`` then turns the idempotent producer off.
 ``--secure`` (``up(secure=True)`` …) acts on a second, separate stack under
 ``$DELAYQ_STATE_DIR/secure``, on ports of its own so both run side by side: Redis TLS-only
 on 16380 (cluster: 17011–17013) with ACL users, MariaDB on 13307 whose delayq user must use
-TLS, ZooKeeper on 12182, and Kafka on 19093 with SASL_SSL (SCRAM-SHA-512; with Tansu: TLS
-only, a stunnel front on 19093 before Tansu on 19094). Its CA, certificate and passwords
-are made once (cluster/devstack/secure.py); ``stack_env(secure=True)`` names them. See
-docs/security.md.
+TLS, ZooKeeper on 12182 (an ensemble: also 12282, 12382), and Kafka on 19093 with SASL_SSL
+(SCRAM-SHA-512; with Tansu: TLS only, a stunnel front on 19093 before Tansu on 19094). Its
+CA, certificate and passwords are made once (cluster/devstack/secure.py);
+``stack_env(secure=True)`` names them. See docs/security.md.
 
 This module lists the services and runs the commands; each service's own start-up lives
 in cluster/devstack/redis_server.py, mariadb.py, zookeeper.py, kafka.py and tansu.py, the
@@ -45,7 +47,15 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from cluster.devstack import brokers, kafka, mariadb, processes, redis_server, tansu, zookeeper
+from cluster.devstack import (
+    brokers,
+    kafka,
+    mariadb,
+    processes,
+    redis_server,
+    tansu,
+    zk_ensemble,
+)
 from cluster.devstack import galera as galera_nodes
 from cluster.devstack import secure as secure_stack
 from cluster.devstack.mysql_servers import extra_env, extra_services, refuse_secure
@@ -134,9 +144,7 @@ def services(*, with_cluster: bool | None = None, secure: bool = False) -> list[
             "mysql", "mariadbd", mariadb.prepare, mariadb.command, mariadb.probe, mariadb.setup
         ),
         *extra_services(service, root, secure),
-        service(
-            "zookeeper", "QuorumPeerMain", zookeeper.prepare, zookeeper.command, zookeeper.probe
-        ),
+        *zk_ensemble.services(service, root, secure),
         *kafka_nodes,
     ]
 
@@ -180,7 +188,7 @@ def stack_env(*, secure: bool = False) -> dict[str, str]:
             f"mysql://{MYSQL_USER}:{MYSQL_PASSWORD}@{HOST}:{ports['mysql']}/{MYSQL_DATABASE}"
         ),
         "DELAYQ_KAFKA_BOOTSTRAP": brokers.bootstrap(stack_root()),
-        "DELAYQ_ZK_HOSTS": f"{HOST}:{ports['zookeeper']}",
+        "DELAYQ_ZK_HOSTS": zk_ensemble.hosts(stack_root()),
         **brokers.kafka_env(),
         **_replication_env(secure=False),
         **extra_env(),
@@ -205,7 +213,7 @@ def _secure_env() -> dict[str, str]:
             f"{MYSQL_DATABASE}"
         ),
         "DELAYQ_MYSQL_SSL_CA": ca,
-        "DELAYQ_ZK_HOSTS": f"{HOST}:{service_port('zookeeper', secure=True)}",
+        "DELAYQ_ZK_HOSTS": zk_ensemble.hosts(stack_root(True), secure=True),
         "DELAYQ_ZK_AUTH": f"{secure_stack.ZK_USER}:{keys.password('zk_delayq')}",
         "DELAYQ_KAFKA_BOOTSTRAP": brokers.bootstrap(stack_root(True), secure=True),
         **brokers.secure_kafka_env(keys),
@@ -235,9 +243,10 @@ def _wait_ready(svc: Service, pid: int) -> None:
 def up(*, secure: bool = False) -> None:
     """Start every service that is not running yet and wait until all of them answer
     (secure: the secure stack)."""
+    root = stack_root(secure)
+    zk_ensemble.refuse_change(root, secure)
     apache = kafka_broker_wanted() == "apache"
     ensure_packages(secure=secure, maven=apache)
-    root = stack_root(secure)
     root.mkdir(parents=True, exist_ok=True)
     if apache:
         kafka.fetch()  # once: before anything starts, so a failure changes nothing
@@ -368,6 +377,7 @@ def run(
     kafka_brokers: int | None = None,
     mysql_servers_count: int | None = None,
     galera_cluster: bool = False,
+    zk_ensemble_size: int | None = None,
 ) -> int:
     """Run ``up``, ``down``, ``status`` or ``env``; return the process exit code.
     ``redis_cluster`` adds the three-master Redis Cluster (and points ``env`` at it),
@@ -375,7 +385,8 @@ def run(
     instead of the plain one; ``kafka`` picks the broker ("apache" or "tansu") and
     ``kafka_brokers`` how many Apache Kafka nodes (1 or 3); ``mysql_servers_count`` how
     many MariaDB servers (cluster/devstack/mysql_servers.py); ``galera_cluster`` acts
-    on the three-node Galera cluster instead (cluster/devstack/galera.py)."""
+    on the three-node Galera cluster instead (cluster/devstack/galera.py);
+    ``zk_ensemble_size`` how many ZooKeeper servers (1 or 3: zk_ensemble.py)."""
     if galera_cluster:
         return galera_nodes.run(command, purge=purge, secure=secure)
     if replicas not in (0, 1):
@@ -391,6 +402,8 @@ def run(
         os.environ["DELAYQ_SERVICES_KAFKA_BROKERS"] = str(kafka_brokers)
     if mysql_servers_count is not None:
         os.environ["DELAYQ_SERVICES_MYSQL_SERVERS"] = str(mysql_servers_count)
+    if zk_ensemble_size is not None:
+        os.environ["DELAYQ_SERVICES_ZK_ENSEMBLE"] = str(zk_ensemble_size)
     try:
         refuse_secure(secure)
         if command == "up":

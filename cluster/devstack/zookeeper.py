@@ -1,6 +1,7 @@
-"""ZooKeeper of the local stack: standalone ``QuorumPeerMain`` on Java, from the Debian
-``zookeeper`` package, with a config and log4j setup of its own. How to prepare, start
-and probe it (``ruok``).
+"""ZooKeeper of the local stack: ``QuorumPeerMain`` on Java, from the Debian ``zookeeper``
+package, with a config and log4j setup of its own: standalone, or one server of the
+ensemble of cluster/devstack/zk_ensemble.py. How to prepare, start and probe it (``srvr``:
+ready once it serves requests, which a server of an ensemble does only with a quorum).
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ def _config(svc: Service) -> Path:
     return svc.dir / "zoo.cfg"
 
 
-def prepare(svc: Service) -> None:
-    data = svc.dir / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    _config(svc).write_text(
+def config(data: Path, port: int, servers: list[str] | None = None) -> str:
+    """zoo.cfg of a server with data folder `data` and client port `port`: standalone, or
+    with `servers` (``server.N=host:peer:election`` lines) one server of an ensemble."""
+    return (
         "\n".join(
             [
                 "# Written by `delayq services up`; rewritten on every start.",
@@ -33,16 +34,29 @@ def prepare(svc: Service) -> None:
                 "initLimit=10",
                 "syncLimit=5",
                 f"dataDir={data}",
-                f"clientPort={svc.port}",
+                f"clientPort={port}",
                 f"clientPortAddress={HOST}",
                 "admin.enableServer=false",
                 "4lw.commands.whitelist=ruok,stat,srvr",
                 "autopurge.snapRetainCount=3",
                 "autopurge.purgeInterval=1",
+                *(servers or []),
             ]
         )
         + "\n"
     )
+
+
+def prepare(svc: Service) -> None:
+    """A standalone server."""
+    prepare_server(svc, None)
+
+
+def prepare_server(svc: Service, servers: list[str] | None) -> None:
+    """Folders and config of a server: standalone, or of an ensemble with `servers`."""
+    data = svc.dir / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    _config(svc).write_text(config(data, svc.port, servers))
     # Our own log4j config: the Debian one needs -Dzookeeper.root.logger and friends.
     (svc.dir / "log4j.properties").write_text(
         "\n".join(
@@ -85,7 +99,18 @@ def command(svc: Service) -> list[str]:
     ]
 
 
+def mode(port: int) -> str | None:
+    """What `srvr` says the server on `port` is: "standalone", "leader" or "follower";
+    None while it serves no requests (an ensemble's server without a quorum). `ruok`
+    would not tell: it answers imok either way."""
+    reply = tcp_exchange(port, b"srvr").decode(errors="replace")
+    for line in reply.splitlines():
+        if line.startswith("Mode: "):
+            return line.removeprefix("Mode: ").strip()
+    return None
+
+
 def probe(svc: Service) -> None:
-    reply = tcp_exchange(svc.port, b"ruok")
-    if reply != b"imok":
-        raise ServicesError(f"ruok answered {reply!r}")
+    """Ready once it serves requests (`srvr` names its mode)."""
+    if mode(svc.port) is None:
+        raise ServicesError(f"{svc.name} serves no requests yet (no quorum)")

@@ -31,10 +31,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
-import itertools
+import logging
 import os
 import random
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -46,11 +47,12 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests/checker.py, tests/conftest.py
 
+from aiokafka import AIOKafkaProducer  # noqa: E402
 from soak_faults import Faults, plan  # noqa: E402  (beside this file)
 from soak_watch import sample, store_ports, watched  # noqa: E402
 
 from cluster import DelayClient  # noqa: E402
-from cluster.connections.kafka_conn import make_admin, make_producer, start_client  # noqa: E402
+from cluster.connections.kafka_conn import connection_options, make_admin, start_client  # noqa: E402
 from cluster.connections.redis_conn import open_redis  # noqa: E402
 from cluster.devstack import processes, production  # noqa: E402
 from cluster.settings.config import Settings  # noqa: E402
@@ -59,7 +61,6 @@ from tests.conftest import TOPIC_PARTITIONS, Collector  # noqa: E402
 from tests.test_faults import reading, settle  # noqa: E402
 
 LONG_RUNNER = "node-4"
-MAX_DELAY_S = 120.0
 BEYOND = (400.0, 600.0)  # beyond the default 300 s Redis horizon
 TICK_S = 0.1
 
@@ -97,7 +98,7 @@ class Soak:
                 delay = (
                     rng.uniform(*BEYOND)
                     if late_enough and rng.random() < 0.1
-                    else (rng.uniform(1.0, MAX_DELAY_S))
+                    else (rng.uniform(1.0, self.args.max_delay_s))
                 )
                 jobs.append({"topic": self.topic, "payload": {"n": rng.random()}, "delay": delay})
             if jobs:
@@ -105,7 +106,7 @@ class Soak:
                 now = time.time()
                 await self.ledger.schedule_many(client, jobs)
                 for job_id in self.ledger.scheduled - before:
-                    self.due[job_id] = now + MAX_DELAY_S  # an upper bound is enough here
+                    self.due[job_id] = now + self.args.max_delay_s  # an upper bound is enough here
             await asyncio.sleep(TICK_S)
 
     async def change(self, client: DelayClient) -> None:
@@ -130,7 +131,7 @@ class Soak:
             while not self.stopping.is_set():
                 await asyncio.sleep(1.0 / self.args.http_rate)
                 self.http_n += 1
-                job_id = f"soak-h-{self.http_n}"
+                job_id = f"{self.topic}-h-{self.http_n}"  # ids unique per run
                 body = {
                     "topic": self.topic,
                     "payload": {"h": self.http_n},
@@ -149,13 +150,13 @@ class Soak:
                     self.ledger.schedule_unknown += 1
 
     async def ingress(self) -> None:
-        producer = make_producer(self.settings)
+        producer = AIOKafkaProducer(**connection_options(self.settings), acks="all")
         await start_client(producer, self.settings)
         try:
             while not self.stopping.is_set():
                 await asyncio.sleep(1.0 / self.args.ingress_rate)
                 self.ingress_n += 1
-                job_id = f"soak-i-{self.ingress_n}"
+                job_id = f"{self.topic}-i-{self.ingress_n}"
                 record = {
                     "topic": self.topic,
                     "payload": {"i": self.ingress_n},
@@ -255,13 +256,25 @@ def by_phase(soak: Soak, records: list[dict[str, Any]]) -> list[dict[str, object
 
 
 def longest_pause_ms(records: list[dict[str, Any]]) -> float:
-    """The longest gap between two records read while a job of the later one was due."""
-    by_time: dict[float, float] = {}
+    """The longest time in which some job was already due and not yet read, yet no
+    record arrived: between two reads, from the later of the first read and the
+    earliest due time among the jobs still to come."""
+    first: dict[str, tuple[float, float]] = {}
     for record in records:
-        at = record["received_ms"]
-        by_time[at] = min(by_time.get(at, float("inf")), record["due_ms"])
-    times = sorted(by_time)
-    return max((b - a for a, b in itertools.pairwise(times) if by_time[b] < a), default=0.0)
+        first.setdefault(str(record["job_id"]), (record["received_ms"], record["due_ms"]))
+    reads = sorted(first.values())
+    if not reads:
+        return 0.0
+    earliest_due_after = [0.0] * len(reads)  # over reads[i:]
+    lowest = float("inf")
+    for i in range(len(reads) - 1, -1, -1):
+        lowest = min(lowest, reads[i][1])
+        earliest_due_after[i] = lowest
+    longest = 0.0
+    for i in range(1, len(reads)):
+        since = max(reads[i - 1][0], earliest_due_after[i])
+        longest = max(longest, reads[i][0] - since)
+    return longest
 
 
 def memory(soak: Soak) -> list[dict[str, object]]:
@@ -297,7 +310,10 @@ async def create_topic(settings: Settings, topic: str) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    os.environ.update(production.SHAPE)
+    # The clients' reconnect messages would drown the progress: the report counts
+    # what the faults did to the calls.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    production.enter()
     os.environ.update(production.settings_env())
     settings = Settings.from_env()
     long_runner = production.part(LONG_RUNNER)
@@ -329,7 +345,12 @@ async def main(args: argparse.Namespace) -> int:
             print(
                 f"[{soak.elapsed():6.0f} s] load stopped; waiting for the last due jobs", flush=True
             )
-            await asyncio.sleep(MAX_DELAY_S + 5)
+            await asyncio.sleep(args.max_delay_s + 5)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        out = args.out or ROOT / "benchmarks" / "results" / f"soak-{stamp}.json"
+        # What was read and done, kept before judging (which can take minutes).
+        raw = {"records": collector.records, "phases": soak.phases, "faults": fault_log}
+        Path(tempfile.gettempdir(), f"soak-{stamp}.raw.json").write_bytes(orjson.dumps(raw))
         result = await settle("soak", soak.ledger, collector, client, redis, timeout_s=600)
         rows = await all_rows(client)
     await redis.aclose()
@@ -361,9 +382,6 @@ async def main(args: argparse.Namespace) -> int:
         "memory": memory(soak),
         "samples": soak.samples,
     }
-    out = (
-        args.out or ROOT / "benchmarks" / "results" / f"soak-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
     Path(out).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     print(
         orjson.dumps(
@@ -396,6 +414,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--warmup-s", type=float, default=60.0, help="before the faults (60)")
     parser.add_argument("--tail-s", type=float, default=120.0, help="after the faults (120)")
     parser.add_argument("--sample-s", type=float, default=30.0, help="between samples (30)")
+    parser.add_argument(
+        "--max-delay-s", type=float, default=120.0, help="jobs due 1 s to this ahead (120)"
+    )
     parser.add_argument("--out", type=Path, help="the JSON report (benchmarks/results/)")
     parser.add_argument(
         "--only",

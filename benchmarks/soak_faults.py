@@ -49,12 +49,12 @@ def plan() -> list[Step]:
         Step("node", "node-2"),
         Step("redis", "a master"),
         Step("mysql", "mysql-1"),
-        Step("zookeeper", "a follower"),
+        Step("zookeeper", "the next server"),
         Step("kafka", "kafka-2"),
         Step("node", "node-3"),
         Step("redis", "a master"),
         Step("mysql", "mysql-2"),
-        Step("zookeeper", "a follower"),
+        Step("zookeeper", "the next server"),
         Step("kafka", "kafka-3"),
         Step("upgrade", "node-1,node-2,node-3"),
     ]
@@ -70,13 +70,16 @@ class Faults:
     async def run(self, step: Step) -> dict[str, object]:
         """Run one step; what it did and how long each part took to answer again."""
         began = time.time()
-        if step.kind == "upgrade":
-            done = await self._upgrade(step.target.split(","))
-        elif step.kind == "node":
-            done = await self._kill_part(step.target)
-        else:
-            name = await asyncio.to_thread(self._pick, step)
-            done = await self._kill_service(name)
+        try:
+            if step.kind == "upgrade":
+                done = await self._upgrade(step.target.split(","))
+            elif step.kind == "node":
+                done = await self._kill_part(step.target)
+            else:
+                name = await asyncio.to_thread(self._pick, step)
+                done = await self._kill_service(name)
+        except Exception as exc:  # reported with the results; the soak goes on
+            done = {"error": f"{type(exc).__name__}: {exc}"}
         entry = {"step": step.label, "at": began, **done}
         self.log.append(entry)
         return entry
@@ -95,12 +98,20 @@ class Faults:
         raise RuntimeError("no Redis master left that was not killed before")
 
     def _zookeeper(self, *, leader: bool) -> str:
-        for svc in stack.services():
-            if svc.marker != "QuorumPeerMain" or svc.name in self.killed:
-                continue
-            if (_zk_mode(svc.port) == "leader") == leader:
-                return svc.name
-        raise RuntimeError(f"no ZooKeeper {'leader' if leader else 'follower'} to kill")
+        """The leader; or a server not killed before, a follower if one is left (after
+        the leader's restart another server leads, maybe the last one not yet killed)."""
+        left = [
+            svc
+            for svc in stack.services()
+            if svc.marker == "QuorumPeerMain" and svc.name not in self.killed
+        ]
+        modes = {svc.name: _zk_mode(svc.port) for svc in left}
+        for name, mode in modes.items():
+            if (mode == "leader") == leader:
+                return name
+        if not leader and modes:
+            return next(iter(modes))
+        raise RuntimeError(f"no ZooKeeper {'leader' if leader else 'server'} left to kill")
 
     async def _kill_service(self, name: str) -> dict[str, object]:
         svc = _service(name)

@@ -20,6 +20,7 @@ from typing import Any
 
 from cluster import DelayClient, JobStatus, StoreUnavailable
 from cluster.connections.redis_conn import RedisClient
+from cluster.errors import ScheduleIncomplete
 from cluster.model.contract import SEQ_DIGITS, member_id, member_seq
 from cluster.model.envelope import record_of
 from tests.mysql_tools import on_shard
@@ -57,6 +58,10 @@ class Ledger:
     async def schedule_many(self, client: DelayClient, jobs: list[dict[str, Any]]) -> None:
         try:
             self.scheduled.update(await client.schedule_many(jobs))
+        except ScheduleIncomplete as exc:  # jobs over several MySQL servers: each named
+            self.scheduled.update(exc.scheduled)
+            self.schedule_failed += len(exc.not_scheduled)
+            self.schedule_unknown += len(exc.unknown)
         except StoreUnavailable:
             self.schedule_failed += len(jobs)
         except Exception:

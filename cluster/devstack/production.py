@@ -10,7 +10,8 @@ Every store in the shape it has in production, and delayq's own processes on top
   ``delayq_prod`` with six logical shards, two per server), created and migrated by ``up``;
 - three ``delayq node`` processes, ``delayq web`` (the API and the console) and
   ``delayq ingress``, each started detached with a log, a pid file and a metrics port
-  under ``$DELAYQ_STATE_DIR/production/<name>/``.
+  under ``$DELAYQ_STATE_DIR/production/<name>/``, beside the stores' data (the shape's
+  own state folder: see enter()).
 
 ``up`` starts what is not running and waits until every part answers; ``down`` stops
 delayq's processes (SIGTERM: nodes hand their slots over) and then the stack; ``env``
@@ -39,6 +40,7 @@ from cluster.devstack.service import (
     port_variable,
     state_dir,
 )
+from cluster.errors import DelayqError
 
 # What `up --production-shape` asks of the stack (the variables its flags set).
 SHAPE = {
@@ -54,7 +56,7 @@ DATABASE = "delayq_prod"
 PRODUCTION_SETTINGS = {
     "DELAYQ_KEY_PREFIX": "prod",
     "DELAYQ_MYSQL_DATABASES": "6",  # logical shards: two per server, room to move
-    "DELAYQ_SLOTS": "24",  # eight per node
+    "DELAYQ_SLOTS": "32",  # a power of two: ten or eleven per node, eight with node-4
     "DELAYQ_INGRESS_TOPIC": "delayq.prod.ingress",
 }
 NODES = ("node-1", "node-2", "node-3")
@@ -71,10 +73,23 @@ PORTS = {
 }
 WEB_METRICS_PORT = 18474
 MARKER = "cluster.cli.main"
+ENTERED = "DELAYQ_SERVICES_PRODUCTION_SHAPE"
+
+
+def enter() -> None:
+    """Point this process's stack at the shape: the flags above and a state folder of
+    its own, ``$DELAYQ_STATE_DIR/production`` (the stores' data and delayq's parts), so
+    the plain stack's data (another broker count, say) never mixes with the shape's.
+    The shape uses the plain stack's ports: only one of them runs at a time."""
+    if os.environ.get(ENTERED) == "1":
+        return
+    os.environ["DELAYQ_STATE_DIR"] = str(state_dir() / "production")
+    os.environ.update(SHAPE)
+    os.environ[ENTERED] = "1"
 
 
 def root() -> Path:
-    return state_dir() / "production"
+    return state_dir()
 
 
 def port(name: str) -> int:
@@ -223,7 +238,7 @@ def status() -> bool:
 
 def run(command: str, *, purge: bool = False) -> int:
     """`delayq services COMMAND --production-shape`; the exit code."""
-    os.environ.update(SHAPE)
+    enter()
     try:
         if command == "up":
             up()
@@ -236,7 +251,7 @@ def run(command: str, *, purge: bool = False) -> int:
             print("\n".join(lines), flush=True)
         else:
             raise ServicesError(f"unknown command {command!r} (up, down, status, env)")
-    except ServicesError as exc:
+    except (ServicesError, DelayqError) as exc:
         print(f"delayq services {command}: error: {exc}", file=sys.stderr, flush=True)
         return 1
     return 0

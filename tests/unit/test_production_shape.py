@@ -20,6 +20,9 @@ def shape(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DELAYQ_STATE_DIR", str(tmp_path))
     for name, value in production.SHAPE.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setenv(production.ENTERED, "0")
+    production.enter()  # on monkeypatched variables: undone after the test
+    assert production.root() == tmp_path / "production"
 
 
 def test_every_server_of_the_shape_holds_the_cluster_database(shape: None) -> None:

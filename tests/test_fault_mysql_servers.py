@@ -19,10 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import shlex
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -46,6 +43,7 @@ from cluster.store.sql import mysql_connect_args
 from tests.checker import Ledger, Verdict
 from tests.conftest import Collector, wait_for
 from tests.mysql_tools import ids_on_server
+from tests.private_stack import PrivateStack, gone
 from tests.processes import NodeProcess
 from tests.test_faults import assert_safe, reading, settle
 
@@ -83,69 +81,23 @@ def _kind(payload_lead_ms: int) -> str:
 # ----- the private stack --------------------------------------------------------------
 
 
-def services_env() -> dict[str, str]:
-    """This process's environment without any DELAYQ_* (the shared stack's), plus the
-    private stack's state folder, ports and server count."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DELAYQ_")}
-    env["DELAYQ_STATE_DIR"] = str(STATE_DIR)
-    env["DELAYQ_SERVICES_MYSQL_SERVERS"] = str(SERVERS)
-    for name, port in PORTS.items():
-        env[f"DELAYQ_SERVICES_{name}_PORT"] = port
-    return env
-
-
-def services(*args: str) -> str:
-    """`delayq services ARGS --mysql-servers 3` on the private stack; its output."""
-    done = subprocess.run(
-        [sys.executable, "-m", "cluster.cli.main", "services", *args, "--mysql-servers", "3"],
-        env=services_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, f"delayq services {args}: {done.stdout}{done.stderr}"
-    return done.stdout
+STACK = PrivateStack(STATE_DIR, PORTS, ("--mysql-servers", str(SERVERS)))
 
 
 @pytest.fixture(scope="module")
 def private_env() -> Iterator[dict[str, str]]:
     """The private stack, up for this module: its DELAYQ_* settings."""
-    try:
-        services("up")
-        env: dict[str, str] = {}
-        for line in services("env").splitlines():
-            name, _, value = line.removeprefix("export ").partition("=")
-            env[name] = shlex.split(value)[0] if value else ""
+    with STACK.running() as env:
         yield env
-    finally:
-        services("down")
 
 
 def server_pid(index: int) -> int:
-    name = "mysql" if index == 0 else f"mysql-{index}"
-    return int((STATE_DIR / name / f"{name}.pid").read_text())
-
-
-async def gone(pid: int) -> None:
-    """Wait until a killed process (not our child: reaped by init) has exited."""
-
-    async def exited() -> bool:
-        return _state(pid) == "Z"
-
-    assert await wait_for(exited, timeout_s=30, interval_s=0.02)
-
-
-def _state(pid: int) -> str:
-    """A process's state letter; "Z" (a zombie) once it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "Z"
+    return STACK.pid("mysql" if index == 0 else f"mysql-{index}")
 
 
 async def restart_servers() -> None:
     """Start what is down of the private stack (the killed server) and wait for it."""
-    await asyncio.to_thread(services, "up")
+    await STACK.restart()
 
 
 # ----- per-test fixtures on the private stack (they replace conftest's) -------------------

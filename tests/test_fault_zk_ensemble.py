@@ -19,10 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import shlex
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -45,8 +42,9 @@ from cluster.scripts.facade import Scripts
 from cluster.settings.config import Settings
 from tests.checker import Ledger, Verdict
 from tests.conftest import Collector, wait_for
+from tests.private_stack import PrivateStack, gone
 from tests.processes import NodeProcess, slots_served_by, wait_served
-from tests.test_fault_mysql_servers import gone, spread_s
+from tests.test_fault_mysql_servers import spread_s
 from tests.test_faults import assert_safe, reading, settle, steady_load
 from tests.zk_relay import Relay
 
@@ -74,42 +72,14 @@ SAMPLE_S = 0.1
 # ----- the private stack --------------------------------------------------------------
 
 
-def services_env() -> dict[str, str]:
-    """This process's environment without any DELAYQ_* (the shared stack's), plus the
-    private stack's state folder, ports and ensemble."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DELAYQ_")}
-    env["DELAYQ_STATE_DIR"] = str(STATE_DIR)
-    env["DELAYQ_SERVICES_ZK_ENSEMBLE"] = "3"
-    for name, port in PORTS.items():
-        env[f"DELAYQ_SERVICES_{name}_PORT"] = port
-    return env
-
-
-def services(*args: str) -> str:
-    """`delayq services ARGS --zk-ensemble 3` on the private stack; its output."""
-    done = subprocess.run(
-        [sys.executable, "-m", "cluster.cli.main", "services", *args, "--zk-ensemble", "3"],
-        env=services_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, f"delayq services {args}: {done.stdout}{done.stderr}"
-    return done.stdout
+STACK = PrivateStack(STATE_DIR, PORTS, ("--zk-ensemble", "3"))
 
 
 @pytest.fixture(scope="module")
 def private_env() -> Iterator[dict[str, str]]:
     """The private stack, up for this module: its DELAYQ_* settings."""
-    try:
-        services("up")
-        env: dict[str, str] = {}
-        for line in services("env").splitlines():
-            name, _, value = line.removeprefix("export ").partition("=")
-            env[name] = shlex.split(value)[0] if value else ""
+    with STACK.running() as env:
         yield env
-    finally:
-        services("down")
 
 
 def modes() -> dict[str, str | None]:
@@ -121,19 +91,15 @@ def leader() -> str | None:
     return next((name for name, mode in modes().items() if mode == "leader"), None)
 
 
-def server_pid(name: str) -> int:
-    return int((STATE_DIR / name / f"{name}.pid").read_text())
-
-
 async def kill(name: str) -> None:
-    pid = server_pid(name)
+    pid = STACK.pid(name)
     os.kill(pid, signal.SIGKILL)
     await gone(pid)
 
 
 async def restart_servers() -> None:
     """Start what is down of the private stack and wait until the ensemble serves."""
-    await asyncio.to_thread(services, "up")
+    await STACK.restart()
 
 
 # ----- per-test fixtures on the private stack (they replace conftest's) -------------------

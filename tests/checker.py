@@ -49,8 +49,9 @@ class Ledger:
     async def reschedule(self, client: DelayClient, job_id: str, due_ms: int) -> None:
         try:
             changed = await client.reschedule(job_id, at=due_ms / 1000)
-        except Exception:
+        except Exception:  # maybe moved, maybe not: no due time to hold it to
             self.change_failed += 1
+            self.rescheduled.pop(job_id, None)
             return
         if changed:
             self.rescheduled[job_id] = due_ms

@@ -32,6 +32,7 @@ from aiozk.states import States
 
 from cluster.errors import ZooKeeperAccessError
 from cluster.settings.config import Settings
+from cluster.settings.logs import ZOOKEEPER
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +142,12 @@ class _Session(Session):  # type: ignore[misc]  # aiozk has no type hints
                     self._close_later(conn)
                     conn = None
                 if conn is not None:
-                    log.info("ZooKeeper: connected to %s:%s", host, port)
+                    log.debug("ZooKeeper: connected to %s:%s", host, port)
+                    # The end of an outage, if one is under way (cluster/settings/logs.py).
+                    ZOOKEEPER.answered(f"connected to {host}:{port}")
                     break
+            if conn is None:
+                ZOOKEEPER.failed(f"no server of {len(self.hosts)} answered")
         old, self.conn = self.conn, conn
         if old is not None:
             self._close_later(old)

@@ -60,9 +60,10 @@ SECURE_MODE ?= 1
 # The passes share one started stack: each starts only what it adds (the tests call
 # `delayq services up`, which leaves running services alone). tests/unit runs once.
 test: lint
-	$(BIN)/pytest -q -p no:cacheprovider -m "not long"
+	$(BIN)/pytest -q -p no:cacheprovider --durations=25 -m "not long"
 	DELAYQ_TEST_REDIS_CLUSTER=1 DELAYQ_TEST_REDIS_REPLICAS=1 DELAYQ_TEST_MYSQL_SERVERS=3 \
-	  $(BIN)/pytest -q -p no:cacheprovider -m "not faults and not once" --ignore=tests/unit
+	  $(BIN)/pytest -q -p no:cacheprovider --durations=25 -m "not faults and not once" \
+	  --ignore=tests/unit
 	DELAYQ_TEST_SECURE=$(SECURE_MODE) $(BIN)/pytest -q -p no:cacheprovider -m "not faults" \
 	  $(SECURE_TESTS)
 

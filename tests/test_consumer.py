@@ -23,6 +23,9 @@ from cluster.connections.kafka_conn import (
 )
 from cluster.settings.config import Settings
 
+# The consumer reads Kafka only.
+pytestmark = pytest.mark.once
+
 
 class Clock:
     def __init__(self) -> None:

@@ -39,6 +39,9 @@ from cluster.errors import KafkaAccessError
 from cluster.settings.config import Settings
 from tests.conftest import Collector
 
+# Kafka's listeners and credentials do not change with the Redis and MySQL shape.
+pytestmark = pytest.mark.once
+
 # What a Kafka connection is made of: copied from the secure stack onto a test's settings.
 KAFKA_CONNECTION = (
     "kafka_bootstrap",

@@ -22,6 +22,9 @@ from tests.unit.test_ops_files import (
     dashboard_queries,
 )
 
+# Prometheus rules and dashboard queries do not depend on the stack's shape.
+pytestmark = pytest.mark.once
+
 
 @pytest.fixture(scope="module")
 def promtool() -> str:

@@ -39,6 +39,9 @@ from tests.test_ingress import (
 )
 from tests.test_web import OPERATOR, PRODUCER, TOKENS, serving
 
+# Topic checks do not change with the Redis and MySQL shape.
+pytestmark = pytest.mark.once
+
 # Topics refused whatever allowed_topics says, with the words their error must contain;
 # the ingress topics are those of the `policy` fixture's settings.
 ALWAYS_REFUSED = {

@@ -32,6 +32,9 @@ from tests.forwarder import free_port
 from tests.test_dead_letters import make_dead
 from tests.test_web import OPERATOR, TOKENS, Api, serving
 
+# HTTP limits and input checks do not change under a Redis Cluster.
+pytestmark = pytest.mark.once
+
 JSON = {"Content-Type": "application/json"}
 
 

@@ -21,6 +21,9 @@ from tests.conftest import wait_for
 from tests.forwarder import Forwarder, free_port
 from tests.test_cluster import joining_member
 
+# ZooKeeper's side does not change with the Redis and MySQL shape.
+pytestmark = pytest.mark.once
+
 PASSWORD = "s3cret-zk-pass"
 
 

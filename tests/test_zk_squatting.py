@@ -23,6 +23,9 @@ from cluster.settings.config import Settings
 from tests.conftest import wait_for
 from tests.test_cluster import joining_member
 
+# ZooKeeper's side does not change with the Redis and MySQL shape.
+pytestmark = pytest.mark.once
+
 PASSWORD = "s3cret-zk-pass"
 SLOT = 3
 

@@ -18,6 +18,9 @@ from cluster.settings.config import Settings
 from tests.mysql_tools import on_job
 from tests.test_dead_letters import make_dead
 
+# The command line over the client: the client's Redis side is tested in both passes.
+pytestmark = pytest.mark.once
+
 
 def cli_env(settings: Settings) -> dict[str, str]:
     return {

@@ -26,7 +26,8 @@ from tests.conftest import Collector, wait_for
 from tests.forwarder import free_port
 from tests.processes import NodeProcess, wait_served
 
-pytestmark = pytest.mark.slow
+# Prometheus scraping a node does not change with the Redis and MySQL shape.
+pytestmark = [pytest.mark.slow, pytest.mark.once]
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERT_RULES = ROOT / "ops" / "prometheus" / "alerts.yml"

@@ -38,6 +38,9 @@ from tests.forwarder import free_port
 from tests.processes import NodeProcess
 from tests.test_operations import fetch, metrics_env
 
+# The screen over the cluster's numbers: their Redis side is tested in both passes.
+pytestmark = pytest.mark.once
+
 
 def scrape_text(
     lateness_s: list[float], fired: int, healthy: int = 1, topic: str = "orders"

@@ -44,6 +44,9 @@ from tests.test_client import snapshot
 from tests.test_dead_letters import make_dead
 from tests.test_expiry import claim_all
 
+# The HTTP layer over the client: the client's Redis side is tested in both passes.
+pytestmark = pytest.mark.once
+
 PRODUCER = "producer-token-0123456789"
 OPERATOR = "operator-token-0123456789"
 VIEWER = "viewer-token-01234567890"

@@ -115,11 +115,21 @@ def _standalone_data(root: Path) -> Path | None:
     return None
 
 
-def _prepare_member(svc: Service, *, number: int, lines: list[str], seed: Path | None) -> None:
+def _prepare_member(
+    svc: Service, *, number: int, lines: list[str], seed: Path | None, peers: list[Path]
+) -> None:
     data = svc.dir / "data"
-    if seed is not None and number > 1 and not data.exists():
-        # A new server starts from server 1's standalone history (see the docstring).
-        shutil.copytree(seed, data / "version-2")
+    if seed is not None and number == 1:
+        # The new servers start from server 1's standalone history (see the docstring),
+        # copied before server 1 gets its myid: that file ends "standalone days", so an
+        # `up` cut short in between copies again next time instead of starting the
+        # others empty (two empty servers would be a quorum that truncates server 1).
+        for peer in peers:
+            if not peer.exists():
+                copying = peer.with_name("data.copying")  # renamed once whole
+                shutil.rmtree(copying, ignore_errors=True)
+                shutil.copytree(seed, copying / "version-2")
+                copying.rename(peer)
     zookeeper.prepare_server(svc, lines)
     (data / "myid").write_text(f"{number}\n")
 
@@ -134,11 +144,12 @@ def services(make: Callable[..., Service], root: Path, secure: bool) -> list[Ser
     check_ports(ports)
     lines = server_lines(list(ports.values()))
     seed = _standalone_data(root)
+    peers = [root / name / "data" for name in list(ports)[1:]]
     return [
         make(
             name,
             MARKER,
-            functools.partial(_prepare_member, number=number, lines=lines, seed=seed),
+            functools.partial(_prepare_member, number=number, lines=lines, seed=seed, peers=peers),
             zookeeper.command,
             zookeeper.probe,
         )

@@ -128,6 +128,26 @@ def test_new_servers_start_from_the_standalone_servers_data(
     assert (root / "zookeeper-2" / "data" / "version-2" / "snapshot.0").read_bytes() != b"later"
 
 
+def test_an_up_cut_short_after_server_one_still_seeds_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Server 1 gets its myid (the end of standalone days) only after the others hold
+    its history: an `up` that stops after preparing server 1 leaves nothing to lose."""
+    root = stack.stack_root()
+    standalone = [svc for svc in stack.services() if svc.marker == zk_ensemble.MARKER]
+    standalone[0].prepare(standalone[0])
+    history = root / "zookeeper" / "data" / "version-2"
+    history.mkdir()
+    (history / "snapshot.0").write_bytes(b"the standalone history")
+    monkeypatch.setenv("DELAYQ_SERVICES_ZK_ENSEMBLE", "3")
+    first = [svc for svc in stack.services() if svc.marker == zk_ensemble.MARKER][0]
+    first.prepare(first)  # and then the `up` is interrupted
+    for name in ("zookeeper-2", "zookeeper-3"):
+        copied = root / name / "data" / "version-2" / "snapshot.0"
+        assert copied.read_bytes() == b"the standalone history"
+        assert not (root / name / "data.copying").exists()
+
+
 def test_the_ensemble_is_remembered_and_cannot_go_back(monkeypatch: pytest.MonkeyPatch) -> None:
     root = stack.stack_root()
     assert zk_ensemble.names(root) == ["zookeeper"]

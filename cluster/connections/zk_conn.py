@@ -105,7 +105,7 @@ class _Session(Session):  # type: ignore[misc]  # aiozk has no type hints
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self._closing_old: set[asyncio.Task[None]] = set()
+        self._side_tasks: set[asyncio.Task[None]] = set()  # tasks on the side, kept alive
 
     async def make_connection(self, host: str, port: int) -> Any:
         # aiozk's make_connection, with a _Connection.
@@ -152,10 +152,31 @@ class _Session(Session):  # type: ignore[misc]  # aiozk has no type hints
         if old is not None:
             self._close_later(old)
 
+    async def set_existing_watches(self) -> None:
+        """aiozk's, sent beside the repair loop rather than inside it. aiozk awaits it in
+        its repair loop: when the connection broke before the answer came, the request
+        waited for the session to be repaired, which only that loop does, and the session
+        hung for good. Sent aside, the loop repairs again and the next connection sends
+        the watches anew (twice is harmless: ZooKeeper keeps one watch per path)."""
+        task = asyncio.create_task(self._send_watches())
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    async def _send_watches(self) -> None:
+        try:
+            await Session.set_existing_watches(self)
+        except Exception as error:  # the connection broke: the repair loop sends them again
+            log.debug("ZooKeeper: watches not set again (%r)", error)
+
+    async def close(self) -> None:
+        for task in list(self._side_tasks):
+            task.cancel()  # watches waiting for a repair that will not come
+        await super().close()
+
     def _close_later(self, conn: Any) -> None:
         task = asyncio.create_task(conn.close(self.timeout))
-        self._closing_old.add(task)
-        task.add_done_callback(self._closing_old.discard)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
 
 
 class _DigestSession(_Session):

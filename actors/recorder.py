@@ -5,6 +5,11 @@ The ack and retry scripts append outcomes to a journal list in Redis, atomically
 the state change, so nothing is lost when the node dies or MySQL is down: the
 recorder reads the oldest entries, writes them to MySQL in batches, and only then
 trims them. Writing an entry twice (after a crash) is harmless.
+
+The trim drops only the entries read: a Redis failover between the read and the trim
+may have put in place a replica that lacked the last of them and has new ones since,
+which a trim by count alone would drop unrecorded, leaving their jobs pending in MySQL
+for good (lua/trim_journal.lua). Such a journal is read and recorded again instead.
 """
 
 from __future__ import annotations
@@ -79,21 +84,23 @@ class Recorder(Actor):
         while slots:
             try:
                 journals = await self.scripts.read_journals(slots, self.batch)
+                read = {
+                    slot: entries for slot, entries in zip(slots, journals, strict=True) if entries
+                }
                 by_slot = {
                     slot: [parse_entry(entry, slot) for entry in entries]
-                    for slot, entries in zip(slots, journals, strict=True)
-                    if entries
+                    for slot, entries in read.items()
                 }
                 if not by_slot:
                     return True
                 await self.mysql.record_outcomes(
                     [outcome for outcomes in by_slot.values() for outcome in outcomes]
                 )
-                fenced = await self.scripts.trim_journals(
+                fenced, changed = await self.scripts.trim_journals(
                     {
                         slot: (
                             epochs[slot],
-                            len(outcomes),
+                            read[slot],
                             [o.job_id for o in outcomes if o.status in _MARKED],
                         )
                         for slot, outcomes in by_slot.items()
@@ -105,12 +112,19 @@ class Recorder(Actor):
                 return False
             for slot in fenced:
                 self.ownership.lost(slot, epochs[slot])  # its new owner records them
+            if changed:
+                log.warning(
+                    "the journal of %d slot(s) changed between its read and its trim (Redis "
+                    "failed over): nothing trimmed there, its entries are recorded again",
+                    len(changed),
+                )
+            kept = fenced | changed
             self.recorded_total += sum(
-                len(outcomes) for slot, outcomes in by_slot.items() if slot not in fenced
+                len(outcomes) for slot, outcomes in by_slot.items() if slot not in kept
             )
             slots = [
                 slot
                 for slot, outcomes in by_slot.items()
-                if len(outcomes) == self.batch and slot not in fenced
+                if len(outcomes) == self.batch and slot not in kept
             ]
         return True

@@ -5,19 +5,28 @@
 -- CHANGE_FIRED or CHANGE_EXPIRED without asking MySQL).
 -- KEYS[1] owner key   KEYS[2] done list   KEYS[3] acked zset   KEYS[4] expired zset
 -- ARGV[1] epoch   ARGV[2] count   ARGV[3] retention ms
--- ARGV[4..] ids of jobs those entries recorded as fired or expired (each id's marker is
+-- ARGV[4] the last of those entries as the recorder read it ('' when count is 0)
+-- ARGV[5..] ids of jobs those entries recorded as fired or expired (each id's marker is
 -- in one of the two zsets; ZADD XX touches only the one it is in)
--- Returns the journal length left. Error ERROR_FENCED when ARGV[1] is not the slot's
--- current epoch: a recorder that lost the slot must not trim entries the new owner has
--- not recorded yet.
+-- Returns the journal length left, or -1 when the journal's entry COUNT is not the one
+-- read: nothing is trimmed. A Redis failover between the read and the trim can put in
+-- place a replica that lacked the last entries read and has gained others since (acks
+-- on the new master): trimming COUNT entries there would drop entries never recorded
+-- and leave their jobs' markers for ever. Entries are unique (time and job id), so the
+-- last one read still at its place means the first COUNT are those read (entries are
+-- only appended, and trimmed by this script alone).
+-- Error ERROR_FENCED when ARGV[1] is not the slot's current epoch: a recorder that lost
+-- the slot must not trim entries the new owner has not recorded yet.
 --@include fence
 --@include common
 
 local done, acked, expired = KEYS[2], KEYS[3], KEYS[4]
+local count = tonumber(ARGV[2])
+if count > 0 and redis.call('LINDEX', done, count - 1) ~= ARGV[4] then return -1 end
 local now = now_ms()
-redis.call('LTRIM', done, tonumber(ARGV[2]), -1)
+redis.call('LTRIM', done, count, -1)
 local expires = now + tonumber(ARGV[3])
-for i = 4, #ARGV, 500 do
+for i = 5, #ARGV, 500 do
   local args = {}
   for j = i, math.min(i + 499, #ARGV) do
     args[#args + 1] = expires

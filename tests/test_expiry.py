@@ -206,10 +206,12 @@ async def test_the_recorded_marker_expires_like_a_fired_one(
     slot = keys_slot(client, job_id)
     keys = client.keys.slot(slot)
     assert await claim_all(client, scripts, [job_id]) == (set(), 1)
-    await scripts.trim_journal(slot, 0, 1, [job_id], 60_000)
+    assert await scripts.trim_journal(
+        slot, 0, await scripts.read_journal(slot, 1), [job_id], 60_000
+    )
     score = await redis.zscore(keys.expired, job_id)
     assert score is not None and now_ms() < score <= now_ms() + 60_000
-    await scripts.trim_journal(slot, 0, 0, [job_id], -1)  # expire it now
+    await scripts.trim_journal(slot, 0, [], [job_id], -1)  # expire it now
     assert await redis.zscore(keys.expired, job_id) is None
     assert await scripts.read_journal(slot, 10) == []
 

@@ -393,16 +393,37 @@ async def test_trim_journal_drops_recorded_entries_and_fired_markers(
     await scripts.move(SLOT, 0, 10)
     await scripts.claim(SLOT, 0, 10, HOUR_MS)
     await scripts.ack(SLOT, [b"j0", b"j1", b"j2"])
-    assert len(await scripts.read_journal(SLOT, 2)) == 2
-    await scripts.trim_journal(SLOT, 0, 2, ["j0", "j1"], 60_000)
+    read = await scripts.read_journal(SLOT, 2)
+    assert len(read) == 2
+    assert await scripts.trim_journal(SLOT, 0, read, ["j0", "j1"], 60_000)
     # Recorded markers now expire in a minute; the unrecorded one never does.
     scores = dict(await redis.zrange(s.acked, 0, -1, withscores=True))
     assert scores[b"j2"] == float("inf")
     assert now_ms() < scores[b"j0"] <= now_ms() + 60_000
-    await scripts.trim_journal(SLOT, 0, 0, ["j0", "j1"], -1)  # expire them now
+    assert await scripts.trim_journal(SLOT, 0, [], ["j0", "j1"], -1)  # expire them now
     assert await redis.zrange(s.acked, 0, -1) == [b"j2"]
     [entry] = await scripts.read_journal(SLOT, 10)
     assert entry.endswith(b"j2")
+
+
+async def test_trim_journal_keeps_a_journal_that_is_not_the_one_read(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    """As after a failover between the recorder's read and its trim: the promoted
+    replica lacked the last entry read (j1's ack) and has a newer one (j2's)."""
+    s = k.slot(SLOT)
+    await scripts.add(SLOT, [job(f"j{i}", now_ms() - 5) for i in range(3)])
+    await scripts.move(SLOT, 0, 10)
+    await scripts.claim(SLOT, 0, 10, HOUR_MS)
+    await scripts.ack(SLOT, [b"j0", b"j1"])
+    read = await scripts.read_journal(SLOT, 10)
+    await redis.rpop(s.done)  # j1's entry, lost with the old master
+    await scripts.ack(SLOT, [b"j2"])
+    assert not await scripts.trim_journal(SLOT, 0, read, ["j0", "j1"], 60_000)
+    journal = await scripts.read_journal(SLOT, 10)
+    assert [entry[-2:] for entry in journal] == [b"j0", b"j2"]
+    scores = dict(await redis.zrange(s.acked, 0, -1, withscores=True))
+    assert scores[b"j2"] == float("inf")  # recorded by the next pass, not dropped
 
 
 # ----- fencing ------------------------------------------------------------------------------
@@ -436,7 +457,7 @@ async def test_scripts_acting_as_owner_refuse_an_old_epoch(
     with pytest.raises(Fenced):
         await scripts.reap(SLOT, 1, 100, 1000, 60_000)
     with pytest.raises(Fenced):
-        await scripts.trim_journal(SLOT, 1, 1, [], 60_000)
+        await scripts.trim_journal(SLOT, 1, [b"x"], [], 60_000)
     with pytest.raises(Fenced):
         await scripts.release(SLOT, 1, [b"a"], 1000)
     assert await scripts.fill_many([(SLOT, 1, [(b"b", b"0" * SEQ_DIGITS, b"x")])]) == [None]

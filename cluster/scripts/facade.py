@@ -335,37 +335,47 @@ class Scripts(ScriptRunner):
         return [list(entries) for entries in await pipe.execute()]
 
     def _trim_calls(
-        self, trims: dict[int, tuple[int, int, list[str]]], retention_ms: int
+        self, trims: dict[int, tuple[int, list[bytes], list[str]]], retention_ms: int
     ) -> list[Call]:
         calls: list[Call] = []
-        for slot, (epoch, count, done_ids) in trims.items():
+        for slot, (epoch, entries, done_ids) in trims.items():
             k = self.keys.slot(slot)
+            last = entries[-1] if entries else b""
             calls.append(
                 (
                     slot,
                     [k.owner, k.done, k.acked, k.expired],
-                    [epoch, count, retention_ms, *done_ids],
+                    [epoch, len(entries), retention_ms, last, *done_ids],
                 )
             )
         return calls
 
     async def trim_journal(
-        self, slot: int, epoch: int, count: int, done_ids: list[str], retention_ms: int
-    ) -> None:
-        calls = self._trim_calls({slot: (epoch, count, done_ids)}, retention_ms)
-        only_reply(await self._call_many("trim_journal", calls), int)
+        self, slot: int, epoch: int, entries: list[bytes], done_ids: list[str], retention_ms: int
+    ) -> bool:
+        """trim_journals for one slot; False when its journal was not the one read."""
+        calls = self._trim_calls({slot: (epoch, entries, done_ids)}, retention_ms)
+        return bool(only_reply(await self._call_many("trim_journal", calls), int) >= 0)
 
     async def trim_journals(
-        self, trims: dict[int, tuple[int, int, list[str]]], retention_ms: int
-    ) -> set[int]:
-        """trim_journal for several slots: slot → (epoch, entries recorded, ids of the
-        jobs they recorded as fired or expired). Returns the slots where it was fenced
-        (nothing trimmed there)."""
+        self, trims: dict[int, tuple[int, list[bytes], list[str]]], retention_ms: int
+    ) -> tuple[set[int], set[int]]:
+        """Drop recorded journal entries, several slots in one round trip: slot → (epoch,
+        the entries recorded as read, ids of the jobs they recorded as fired or expired).
+        Returns the slots where it was fenced, and those whose journal was no longer the
+        one read (a failover in between; lua/trim_journal.lua): nothing is trimmed there,
+        and the next read records their entries again (recording twice is harmless)."""
         calls = self._trim_calls(trims, retention_ms)
         replies = every_reply(await self._call_many("trim_journal", calls), calls)
-        return {
+        fenced = {
             slot for slot, reply in zip(trims, replies, strict=True) if isinstance(reply, Fenced)
         }
+        changed = {
+            slot
+            for slot, reply in zip(trims, replies, strict=True)
+            if not isinstance(reply, Fenced) and int(reply) < 0
+        }
+        return fenced, changed
 
     async def take(self, slot: int, epoch: int) -> bool:
         """Make epoch the slot's current one; False (TakeCode.STALE) if this epoch or a

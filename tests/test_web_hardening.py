@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -422,3 +423,30 @@ async def test_web_serves_its_process_metrics_on_metrics_port(settings: Settings
     assert samples["delayq_asyncio_tasks"] >= 1
     assert samples["process_resident_memory_bytes"] > 0
     assert samples["process_open_fds"] > 0
+
+
+async def test_web_refuses_a_taken_metrics_port_in_one_line(settings: Settings) -> None:
+    """A metrics_port another process holds ends `delayq web` at start with one clear
+    line (after closing what it had opened), not a traceback."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        done = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "cluster.cli.main",
+            "web",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            env={**os.environ, **settings_env(settings), "DELAYQ_METRICS_PORT": str(taken)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        output, _ = await asyncio.wait_for(done.communicate(), 60)
+    assert done.returncode != 0
+    text = output.decode()
+    assert str(taken) in text, text
+    assert "Traceback" not in text, text

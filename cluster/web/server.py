@@ -7,6 +7,7 @@ serve behind one load balancer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import ssl
@@ -140,11 +141,14 @@ async def serve(settings: Settings, host: str, port: int) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stopping.set)
-    async with DelayClient(settings) as client:
+    async with contextlib.AsyncExitStack() as cleanup:  # undone in reverse, on every path
+        client = await cleanup.enter_async_context(DelayClient(settings))
         stats = StatsSampler(settings)
+        cleanup.push_async_callback(stats.close)
         app = make_app(client, tokens, stats, host)
         runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_S)
         await runner.setup()
+        cleanup.push_async_callback(runner.cleanup)
         site = HeaderDeadlineSite(
             runner,
             host,
@@ -155,16 +159,11 @@ async def serve(settings: Settings, host: str, port: int) -> int:
         try:
             await site.start()
         except OSError as exc:
-            await runner.cleanup()
             raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
-        metrics = WebMetricsServer(settings) if settings.metrics_port else None
-        try:
-            if metrics is not None:
-                await metrics.start()  # ConfigError when metrics_port is taken
-        except ConfigError:
-            await stats.close()
-            await runner.cleanup()
-            raise
+        if settings.metrics_port:
+            metrics = WebMetricsServer(settings)
+            await metrics.start()  # ConfigError when metrics_port is taken
+            cleanup.push_async_callback(metrics.stop)
         bound = site.bound_port()
         scheme = "https" if context else "http"
         shown_host = f"[{host}]" if ":" in host else host
@@ -173,11 +172,5 @@ async def serve(settings: Settings, host: str, port: int) -> int:
         elif context is None and not is_loopback(host):
             log.warning("serving tokens over plain HTTP: put TLS in front or set web_tls_*")
         print(f"delayq web on {scheme}://{shown_host}:{bound}/", flush=True)
-        try:
-            await stopping.wait()
-        finally:
-            await stats.close()
-            if metrics is not None:
-                await metrics.stop()
-            await runner.cleanup()
+        await stopping.wait()
     return 0

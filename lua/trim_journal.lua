@@ -8,7 +8,7 @@
 -- ARGV[4] the last of those entries as the recorder read it ('' when count is 0)
 -- ARGV[5..] ids of jobs those entries recorded as fired or expired (each id's marker is
 -- in one of the two zsets; ZADD XX touches only the one it is in)
--- Returns the journal length left, or -1 when the journal's entry COUNT is not the one
+-- Returns the journal length left, or JOURNAL_CHANGED when the journal's entry COUNT is not the one
 -- read: nothing is trimmed. A Redis failover between the read and the trim can put in
 -- place a replica that lacked the last entries read and has gained others since (acks
 -- on the new master): trimming COUNT entries there would drop entries never recorded
@@ -18,11 +18,12 @@
 -- Error ERROR_FENCED when ARGV[1] is not the slot's current epoch: a recorder that lost
 -- the slot must not trim entries the new owner has not recorded yet.
 --@include fence
+--@include contract
 --@include common
 
 local done, acked, expired = KEYS[2], KEYS[3], KEYS[4]
 local count = tonumber(ARGV[2])
-if count > 0 and redis.call('LINDEX', done, count - 1) ~= ARGV[4] then return -1 end
+if count > 0 and redis.call('LINDEX', done, count - 1) ~= ARGV[4] then return JOURNAL_CHANGED end
 local now = now_ms()
 redis.call('LTRIM', done, count, -1)
 local expires = now + tonumber(ARGV[3])

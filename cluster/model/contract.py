@@ -69,6 +69,9 @@ class ReplayCode(IntEnum):
 
 # A due time the scripts report when there is none (an empty slot, nothing retried).
 NO_TIME = -1
+# lua/trim_journal.lua's answer when the journal is no longer the one the recorder read
+# (a failover in between): nothing was trimmed.
+JOURNAL_CHANGED = -1
 
 
 @unique
@@ -149,6 +152,9 @@ def lua_include() -> str:
         "",
         "-- A due time reported when there is none.",
         f"local NO_TIME = {NO_TIME}",
+        "",
+        "-- trim_journal's answer when the journal is not the one read.",
+        f"local JOURNAL_CHANGED = {JOURNAL_CHANGED}",
         "",
         "-- A delay member is the seq (SEQ_DIGITS hex digits) followed by the job id.",
         f"local SEQ_DIGITS = {SEQ_DIGITS}",

@@ -13,7 +13,7 @@ from typing import Any
 
 from cluster.connections.redis_conn import RedisClient
 from cluster.errors import Fenced, ReplicationUnconfirmed, SlotFailed, SlotsFailed
-from cluster.model.contract import AddCode, ChangeCode, ReplayCode, TakeCode
+from cluster.model.contract import JOURNAL_CHANGED, AddCode, ChangeCode, ReplayCode, TakeCode
 from cluster.model.keys import KeySpace
 from cluster.scripts.codec import (
     CancelStep,
@@ -355,26 +355,19 @@ class Scripts(ScriptRunner):
     ) -> bool:
         """trim_journals for one slot; False when its journal was not the one read."""
         calls = self._trim_calls({slot: (epoch, entries, done_ids)}, retention_ms)
-        return bool(only_reply(await self._call_many("trim_journal", calls), int) >= 0)
+        return only_reply(await self._call_many("trim_journal", calls), int) != JOURNAL_CHANGED
 
     async def trim_journals(
         self, trims: dict[int, tuple[int, list[bytes], list[str]]], retention_ms: int
     ) -> tuple[set[int], set[int]]:
-        """Drop recorded journal entries, several slots in one round trip: slot → (epoch,
-        the entries recorded as read, ids of the jobs they recorded as fired or expired).
-        Returns the slots where it was fenced, and those whose journal was no longer the
-        one read (a failover in between; lua/trim_journal.lua): nothing is trimmed there,
-        and the next read records their entries again (recording twice is harmless)."""
+        """Drop recorded entries: slot → (epoch, the entries as read, ids of the jobs they
+        recorded as fired or expired). Returns the fenced slots, and those whose journal
+        was not the one read (nothing trimmed: lua/trim_journal.lua)."""
         calls = self._trim_calls(trims, retention_ms)
         replies = every_reply(await self._call_many("trim_journal", calls), calls)
-        fenced = {
-            slot for slot, reply in zip(trims, replies, strict=True) if isinstance(reply, Fenced)
-        }
-        changed = {
-            slot
-            for slot, reply in zip(trims, replies, strict=True)
-            if not isinstance(reply, Fenced) and int(reply) < 0
-        }
+        answers = dict(zip(trims, replies, strict=True))
+        fenced = {slot for slot, reply in answers.items() if isinstance(reply, Fenced)}
+        changed = {s for s, r in answers.items() if s not in fenced and r == JOURNAL_CHANGED}
         return fenced, changed
 
     async def take(self, slot: int, epoch: int) -> bool:

@@ -39,6 +39,9 @@ local ERROR_RESTARTED = 'RESTARTED'
 -- A due time reported when there is none.
 local NO_TIME = -1
 
+-- trim_journal's answer when the journal is not the one read.
+local JOURNAL_CHANGED = -1
+
 -- A delay member is the seq (SEQ_DIGITS hex digits) followed by the job id.
 local SEQ_DIGITS = 12
 local function member_of(seq, id) return seq .. id end

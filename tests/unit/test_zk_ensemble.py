@@ -140,7 +140,7 @@ def test_an_up_cut_short_after_server_one_still_seeds_the_others(
     history.mkdir()
     (history / "snapshot.0").write_bytes(b"the standalone history")
     monkeypatch.setenv("DELAYQ_SERVICES_ZK_ENSEMBLE", "3")
-    first = [svc for svc in stack.services() if svc.marker == zk_ensemble.MARKER][0]
+    first = next(svc for svc in stack.services() if svc.marker == zk_ensemble.MARKER)
     first.prepare(first)  # and then the `up` is interrupted
     for name in ("zookeeper-2", "zookeeper-3"):
         copied = root / name / "data" / "version-2" / "snapshot.0"

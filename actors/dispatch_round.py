@@ -13,6 +13,11 @@ local monotonic clock after the reply always ends after the due time, whatever t
 node's wall clock says. Its record's fired_ms is that reading plus the time held, never
 below due_ms.
 
+Priority: the jobs a round publishes at once (its due ones, or the held ones released
+together) go out highest priority first, in claim order otherwise; a slot's claim is
+already in due order, and by priority within a due ms (the delay zset's score). Only a
+round with a job of priority above 0 is reordered.
+
 Broker answers (broker_answers): one wait for every batch of the round, bounded by
 kafka_delivery_timeout_ms; a batch not acknowledged by then counts as failed.
 """
@@ -26,7 +31,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from cluster.model.envelope import Fire, due_and_topic, fire_of, is_lean, with_tail
+from cluster.model.envelope import (
+    Fire,
+    due_topic_and_field,
+    fire_of,
+    has_priority,
+    is_lean,
+    priority_of,
+    with_tail,
+)
 from cluster.model.jobs import topic_refusal
 from cluster.scripts.codec import Claimed
 from cluster.settings.config import Settings
@@ -147,6 +160,7 @@ def sort_claimed(
     refused: dict[tuple[int, int], dict[bytes, str]] = defaultdict(dict)
     unbuilt: dict[tuple[int, int], list[bytes]] = defaultdict(list)
     more: list[int] = []
+    ranked: list[tuple[int, int]] = []  # (index in fires, priority) of jobs with one
     for slot, epoch, now_ms, claimed in claims:
         for job in claimed:
             envelope = job.envelope
@@ -159,7 +173,7 @@ def sort_claimed(
                     refused[slot, epoch][job.job_id] = NO_ROW_ERROR
                     continue
                 envelope = with_tail(envelope, tail)
-            due_ms, topic = due_and_topic(envelope)
+            due_ms, topic, field = due_topic_and_field(envelope)
             refusal = topic_refusal(topic, settings)
             if refusal is not None:
                 refused[slot, epoch][job.job_id] = f"TopicNotAllowed: {refusal}"[:500]
@@ -169,10 +183,20 @@ def sort_claimed(
                     Held(slot, job.job_id, envelope, job.attempt, due_ms, now_ms, received)
                 )
                 continue
+            if 112 in field:  # ord("p"): a priority (an int test: the cheapest there is)
+                ranked.append((len(fires), priority_of(envelope)))
             fires.append(fire_of(envelope, job.attempt, now_ms))
             owners.append((slot, job.job_id, now_ms))
         if len(claimed) == claim_batch:
             more.append(slot)
+    if ranked:
+        priority = [0] * len(fires)
+        for at, value in ranked:
+            priority[at] = value
+        # Stable: equal priorities keep the claims' order (reverse=True keeps it too).
+        order = sorted(range(len(fires)), key=priority.__getitem__, reverse=True)
+        fires = [fires[i] for i in order]
+        owners = [owners[i] for i in order]
     return Sorted(fires, owners, later, refused, unbuilt, more)
 
 
@@ -222,6 +246,8 @@ async def publish_held(
         while end < len(later) and later[end].release_at <= now:
             end += 1
         batch, start = later[start:end], end
+        if any(has_priority(job.envelope) for job in batch):
+            batch.sort(key=lambda job: priority_of(job.envelope), reverse=True)
         released: list[tuple[Held, int]] = []  # job, fired_ms
         for job in batch:
             held_ms = int((now - job.received) * 1000)

@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from actors.health import Verdict, busy_s, liveness, readiness
 from actors.histogram import Histograms
+from actors.pending_metric import pending_gauge
 from cluster.process.metrics_http import MetricsEndpoint, labelled_counter
 from cluster.process.runtime_metrics import register_process_metrics
 from cluster.settings.config import Settings
@@ -75,6 +76,7 @@ METRIC_NAMES = frozenset(
         "delayq_node_info",
         "delayq_metrics_topics_folded",
         "delayq_asyncio_tasks",  # cluster/process/runtime_metrics.py
+        "delayq_pending_jobs",  # actors/pending_metric.py, from the node holding slot 0
     }
 )
 # The topic label of the series that sum the topics beyond metrics_max_topics: not a
@@ -96,6 +98,7 @@ class NodeCollector(Collector):
         yield from _counters(parts, topics)
         yield from _histograms(parts, topics)
         yield from _gauges(parts, self.node.settings)
+        yield from pending_gauge(parts.sampler.pending, self.node.settings.metrics_max_topics)
         yield _gauge(
             "delayq_metrics_topics_folded",
             'Topics this node fired to whose series are summed under topic="(other)": '

@@ -22,9 +22,13 @@ from cluster.connections.redis_conn import RedisClient
 from cluster.model.keys import KeySpace
 from cluster.observe.status import SlotDepth, slot_depths
 from cluster.settings.config import Settings
+from cluster.store.counts import PendingCounts, pending_counts
 from cluster.store.mysql_store import MySQLStore
 
 STORES = ("redis", "mysql", "kafka")
+# The node holding slot 0 counts the pending jobs in MySQL this often, for
+# delayq_pending_jobs (one node counts, whichever holds that slot).
+PENDING_EVERY_S = 5.0
 
 
 class Sampler(Actor):
@@ -52,6 +56,9 @@ class Sampler(Actor):
         # Store → time.monotonic() it last answered (absent: not since the start).
         self.last_ok: dict[str, float] = {}
         self.mysql_last_ok: dict[int, float] = {}  # by server index
+        self.horizon_ms = settings.redis_horizon_ms
+        self.pending: PendingCounts | None = None  # while this node holds slot 0
+        self._pending_at = -PENDING_EVERY_S  # time.monotonic() of the last count
 
     async def body(self) -> None:
         while not self.stopping:
@@ -64,7 +71,24 @@ class Sampler(Actor):
             self._check("redis", self._sample_depths),
             self._check("mysql", self._ask_mysql),
             self._check("kafka", self._ask_kafka),
+            self._count_pending(),
         )
+
+    async def _count_pending(self) -> None:
+        """Every PENDING_EVERY_S while this node holds slot 0: the pending counts
+        (cluster/store/counts.py). A failed count leaves the metric out, not stale."""
+        if not self.ownership.owns(0):
+            self.pending = None
+            return
+        if time.monotonic() - self._pending_at < PENDING_EVERY_S:
+            return
+        self._pending_at = time.monotonic()
+        try:
+            async with asyncio.timeout(max(self.timeout_s, PENDING_EVERY_S)):
+                self.pending = await pending_counts(self.mysql, self.horizon_ms)
+        except Exception as exc:
+            self.pending = None
+            self.warn("counting the pending jobs failed: %s", exc, every_s=60)
 
     async def _check(self, store: str, ask: Callable[[], Awaitable[bool]]) -> None:
         """Mark `store` as answering if ask() returns True within timeout_s."""

@@ -83,6 +83,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from summary import percentile, summarize
 
 from cluster import DelayClient, Job
+from cluster.cli.progress import counting, progress_bar
 from cluster.connections.kafka_conn import make_admin, make_consumer, start_client
 from cluster.connections.redis_conn import RedisClient, open_redis
 from cluster.devstack.databases import create_cluster_database, drop_cluster_database
@@ -318,8 +319,10 @@ async def schedule_all(
     batch: int,
     payload_bytes: int,
     caller_ids: bool = False,
+    scheduled: Callable[[int], None] = lambda count: None,
 ) -> float:
     """Schedule one job per due time with schedule_many; returns the jobs per second.
+    scheduled(n) is told each batch of n jobs stored (the progress bar).
     With caller_ids each job carries its own idempotent id, as most users' jobs do
     (order-<run>-<n>-close, the run being the cluster's fresh key prefix); without,
     schedule_many generates them."""
@@ -339,6 +342,7 @@ async def schedule_all(
                     for i, due in enumerate(dues[start : start + batch], start)
                 ]
             )
+            scheduled(len(dues[start : start + batch]))
         return len(dues) / (time.perf_counter() - t0)
 
 
@@ -371,6 +375,7 @@ async def consume(
     expected: int,
     last_due_s: float,
     give_up_at: float,
+    received: Callable[[int], None] = lambda count: None,
 ) -> None:
     """Read records until `expected` distinct jobs arrived or the give-up time passed.
     The receive time is when getmany handed over the batch.
@@ -388,6 +393,7 @@ async def consume(
         batch = await consumer.getmany(timeout_ms=100, max_records=100_000)
         for messages in batch.values():
             out.add(messages, time.time() * 1000)
+        received(len(out.ids))  # the progress bar: distinct jobs received so far
         if (
             not batch
             and time.time() > last_due_s + 1
@@ -568,21 +574,31 @@ async def run_fire(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 first_due_ms = round((time.time() + lead_s) * 1000)
                 dues = due_times(args.pattern, args.jobs, first_due_ms, window_s)
-                consuming = asyncio.create_task(
-                    consume(
-                        consumer,
-                        reopen,
-                        received,
-                        args.jobs,
-                        dues[-1] / 1000,
-                        dues[-1] / 1000 + give_up_s,
+                with progress_bar() as bar:  # on a terminal: scheduled and fired so far
+                    storing = bar.add_task("scheduled", total=args.jobs)
+                    firing = bar.add_task("fired", total=args.jobs)
+                    consuming = asyncio.create_task(
+                        consume(
+                            consumer,
+                            reopen,
+                            received,
+                            args.jobs,
+                            dues[-1] / 1000,
+                            dues[-1] / 1000 + give_up_s,
+                            lambda count: bar.update(firing, completed=count),
+                        )
                     )
-                )
-                rate = await schedule_all(
-                    settings, topic, dues, args.batch, args.payload_bytes, args.caller_ids
-                )
-                added_in_time = time.time() * 1000 < first_due_ms
-                await consuming
+                    rate = await schedule_all(
+                        settings,
+                        topic,
+                        dues,
+                        args.batch,
+                        args.payload_bytes,
+                        args.caller_ids,
+                        lambda count: bar.advance(storing, count),
+                    )
+                    added_in_time = time.time() * 1000 < first_due_ms
+                    await consuming
             finally:
                 await consumer.stop()
         if ports:  # once every job arrived, before the nodes stop
@@ -676,14 +692,16 @@ async def run_backlog(args: argparse.Namespace) -> dict[str, Any]:
             before = await redis_facts(redis)
             first_due_ms = round((time.time() + lead_s) * 1000)
             dues = due_times("steady", args.jobs, first_due_ms, window_s)
-            rate = await schedule_all(
-                settings,
-                f"bench.{settings.key_prefix}",
-                dues,
-                args.batch,
-                args.payload_bytes,
-                args.caller_ids,
-            )
+            with counting("scheduled", args.jobs) as advance:
+                rate = await schedule_all(
+                    settings,
+                    f"bench.{settings.key_prefix}",
+                    dues,
+                    args.batch,
+                    args.payload_bytes,
+                    args.caller_ids,
+                    advance,
+                )
             if args.nodes:
                 await asyncio.sleep(args.settle)  # whatever the nodes do with far jobs
             after = await redis_facts(redis)

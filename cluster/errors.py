@@ -11,7 +11,7 @@ docs/client.md lists when each is raised and what to do about it.
     │       ├── KafkaAccessError
     │       └── ZooKeeperAccessError
     ├── InvalidJob (ValueError)           a job was refused; nothing was written
-    ├── StoreUnavailable                  MySQL unreachable; nothing was written
+    ├── StoreUnavailable                  MySQL (or Redis, at open) unreachable
     ├── StoreMismatch                     schedule_in() got a connection that can't write
     ├── OutcomeUnknown                    may or may not have happened: .job_ids
     │   ├── CommitUnknown                 the MySQL commit's answer was lost
@@ -86,7 +86,10 @@ class InvalidJob(DelayqError, ValueError):
 
 class StoreUnavailable(DelayqError, RuntimeError):
     """MySQL could not be reached, so nothing was changed: no job scheduled (Redis was
-    not touched), or a cancel or reschedule undone in Redis before it was answered."""
+    not touched), or a cancel or reschedule undone in Redis before it was answered.
+    Also MySQL, Redis or (for the cluster's status) ZooKeeper not answering when a
+    client opens: the message names the store's host:port (never a password) and what
+    to check."""
 
 
 class StoreMismatch(DelayqError, RuntimeError):

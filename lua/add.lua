@@ -4,7 +4,8 @@
 -- ARGV[1] wake channel   ARGV[2] slot number   ARGV[3] payload lead ms (0: none)
 -- ARGV[4..] groups of 4: job_id, due_ms, max_attempts, tail (cluster/envelope.py);
 -- max_attempts is the envelope's field as it is stored: "<max_attempts>", or
--- "<max_attempts>:<expires_after_ms>" for a job that expires (includes/common.lua)
+-- "<max_attempts>:<expires_after_ms>" for a job that expires, either followed by
+-- "p<priority>" for a job with a priority (includes/common.lua: its delay score)
 -- A job due more than the lead after now (Redis TIME) is stored lean: the envelope
 -- header alone, empty tail. The owner's filler (lua/fill.lua) adds the tail once the
 -- job comes within the lead; the dispatcher loads it from MySQL if it is still lean
@@ -36,7 +37,7 @@ for i = 0, n - 1 do
     code = ADD_REFUSED
   elseif redis.call('HEXISTS', jobs, id) == 0 then
     local seq = seq_hex(first_seq + i)
-    local score = tonumber(due)
+    local score = field_score(ARGV[6 + i * 4], due)
     local tail = ARGV[7 + i * 4]
     if lead > 0 and score > lean_after then tail = '' end
     redis.call('HSET', jobs, id, seq .. '|' .. ARGV[6 + i * 4] .. '|' .. due .. '|' .. tail)

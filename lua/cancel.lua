@@ -56,5 +56,7 @@ redis.call('ZREM', delay, member)
 redis.call('HDEL', jobs, id)
 redis.call('HDEL', attempts, id)
 redis.call('ZADD', tomb, expires, id)
--- The score as ZSCORE gives it (a string), so it goes back unchanged.
+-- The job's due ms (its score rounded up past its priority), as a string: uncancel.lua
+-- makes the score again from it and the envelope.
+if score then score = string.format('%d', due_of(tonumber(score))) end
 return {CHANGE_CHANGED, expires, before, now, v, score or tostring(NO_TIME), tried}

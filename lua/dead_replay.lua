@@ -24,7 +24,7 @@ for i = 3, #ARGV do
     local seq = seq_hex(reserve_seq(seq_key, 1))
     redis.call('HSET', jobs, id, rewrite_envelope(v, seq))
     redis.call('HDEL', attempts, id)
-    redis.call('ZADD', delay, now, member_of(seq, id))
+    redis.call('ZADD', delay, score_of(v, now), member_of(seq, id))
     journal(done, STATUS_PENDING, 0, now, id, 'replayed from the dead letters')
     code = REPLAY_REPLAYED
   end

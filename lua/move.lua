@@ -21,7 +21,7 @@ local now = now_ms()
 local members = redis.call('ZRANGEBYSCORE', delay, '-inf', now + tonumber(ARGV[3]), 'LIMIT', 0, limit)
 local moved = #members
 local first_due = NO_TIME
-if moved > 0 then first_due = tonumber(redis.call('ZSCORE', delay, members[1])) end
+if moved > 0 then first_due = due_of(tonumber(redis.call('ZSCORE', delay, members[1]))) end
 local chunk = 500
 for i = 1, moved, chunk do
   local last = math.min(i + chunk - 1, moved)
@@ -33,6 +33,6 @@ if moved == limit then
   next_due = now
 else
   local head = head_score(delay)
-  if head then next_due = head end
+  if head then next_due = due_of(head) end
 end
 return {moved, next_due, now, redis.call('LLEN', ready), first_due}

@@ -25,7 +25,7 @@ for i = 3, #ARGV do
     -- A new seq, as for a retry: the member is new in the delay zset.
     local seq = seq_hex(reserve_seq(seq_key, 1))
     redis.call('HSET', jobs, id, rewrite_envelope(v, seq))
-    redis.call('ZADD', delay, due, member_of(seq, id))
+    redis.call('ZADD', delay, score_of(v, due), member_of(seq, id))
     released = released + 1
   end
 end

@@ -27,6 +27,6 @@ redis.call('ZREM', delay, member_of(envelope_seq(v), id))
 local old_head = head_score(delay)
 local new_seq = seq_hex(reserve_seq(seq_key, 1))
 redis.call('HSET', jobs, id, rewrite_envelope(v, new_seq, due))
-local score = tonumber(due)
+local score = score_of(v, due)  -- the job keeps its priority
 redis.call('ZADD', delay, score, member_of(new_seq, id))
 return {CHANGE_CHANGED, wake_if_earlier(ARGV[1], ARGV[2], old_head, score)}

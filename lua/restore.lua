@@ -41,7 +41,7 @@ for i = 7, #ARGV, 6 do
       if ARGV[i + 2] == '1' and redis.call('HEXISTS', jobs, id) == 0
           and not redis.call('ZSCORE', acked, id) and not redis.call('ZSCORE', expired, id) then
         local due = ARGV[i + 3]
-        local score = tonumber(due)
+        local score = field_score(ARGV[i + 4], due)
         local tail = ARGV[i + 5]
         if lead > 0 and score > now + lead then tail = '' end
         local seq = seq_hex(reserve_seq(seq_key, 1))

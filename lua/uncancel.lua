@@ -5,7 +5,7 @@
 -- ARGV[1] wake channel   ARGV[2] slot number   ARGV[3] job id
 -- ARGV[4] the cancel's tombstone score   ARGV[5] the score it replaced (NO_TIME: none)
 -- ARGV[6] the envelope it removed ('' for none: the job was not in Redis)
--- ARGV[7] its delay score (NO_TIME: it was in the ready list, so it is due now)
+-- ARGV[7] its due ms (NO_TIME: it was in the ready list, so it is due now)
 -- ARGV[8] its attempts
 -- The job comes back with a new seq, so a ready-list entry of the old one stays stale.
 -- Returns 1 when the tombstone was this cancel's and is taken back (the one it replaced
@@ -34,6 +34,7 @@ if v == '' or redis.call('HEXISTS', jobs, id) == 1 or redis.call('ZSCORE', acked
 end
 local score = tonumber(ARGV[7])
 if score == NO_TIME then score = now end
+score = score_of(v, score)
 local old_head = head_score(delay)
 local seq = seq_hex(reserve_seq(seq_key, 1))
 redis.call('HSET', jobs, id, rewrite_envelope(v, seq))

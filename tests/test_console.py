@@ -7,8 +7,9 @@ serve /metrics so the sampler has rates. Selenium's calls block, so they run in 
 thread: the server and the nodes share the test's event loop.
 
 What the page shows is checked against what the client reads from MySQL and Redis, and
-every change made through the page (cancel, replay, purge) is checked there too, after
-the confirmation dialog was cancelled (nothing changed) and confirmed.
+every change made through the page (cancel, cancel all matching, reschedule, fire now,
+replay, purge) is checked there too, after the confirmation dialog was cancelled
+(nothing changed) and confirmed.
 
 DELAYQ_WRITE_SCREENSHOTS=1 also writes docs/img/console-*.png (with a longer, busier
 load for the charts); normal runs write nothing.
@@ -53,6 +54,7 @@ from cluster.devstack.service import ServicesError
 from cluster.model.tick_ids import tick_job_id
 from cluster.settings.config import Settings
 from tests.conftest import wait_for
+from tests.mysql_tools import count_rows
 from tests.test_web import OPERATOR, PRODUCER, TOKENS, VIEWER, Api, serving
 
 pytestmark = pytest.mark.skipif(
@@ -480,7 +482,8 @@ async def test_job_lookup_shows_fields_payload_history_and_cancels_after_confirm
         assert await page.all("#job-payload *") == []
         assert await page.all("img") == [] and await page.all("main b") == []
         notes = await page.attributes("[data-testid=history-row]", "textContent")
-        assert len(notes) == 2 and all("rescheduled" in note for note in notes)
+        assert len(notes) == 3 and "created" in notes[0]
+        assert all("rescheduled" in note for note in notes[1:])
         # The address names the job, so it can be linked to.
         address = await page.script("return location.hash")
         assert await page.script("return decodeURIComponent(arguments[0])", address[6:]) == job_id
@@ -512,10 +515,12 @@ async def test_job_lookup_shows_fields_payload_history_and_cancels_after_confirm
         await page.until_text("[data-testid=job-title]", tick)
         assert await page.text("[data-testid=job-recurring]") == "console-tick"
 
-        # An unknown id: the problem's detail.
+        # An unknown id: no job has it, nor as its biz_id, and the page says what it searched.
         await page.open("#jobs/nobody%2Fhere")
-        await page.until_text("[data-testid=job-message]", "no job 'nobody/here'")
+        await page.until_text("[data-testid=job-message]", "No job has the id 'nobody/here'")
         assert not await page.shown("#job-result")
+        await page.until_text("[data-testid=search-count]", "biz_id nobody/here")
+        await page.until_text("[data-testid=search-list]", "no job matches")
 
 
 async def test_dead_letters_replay_and_purge_only_after_confirming(
@@ -696,6 +701,68 @@ async def test_recurring_schedules_are_listed_shown_and_removed_after_confirming
         await page.until_text("[data-testid=recurring-message]", "No recurring schedule nobody")
 
 
+async def test_a_schedule_is_paused_resumed_and_run_now_with_its_ticks_listed(
+    driver: WebDriver, settings: Settings, client: DelayClient
+) -> None:
+    # Every 10 s: its first ticks are jobs when the call returns (no node needed).
+    await client.schedule_recurring("pulse", "pulses", {"p": 1}, every=10)
+    async with console(driver, settings, client) as (page, _):
+        await page.open("#recurring/pulse")
+        await page.until_text("[data-testid=recurring-title]", "pulse")
+        await page.until_text("[data-testid=recurring-tick-status]", "pending")
+        assert await page.all("[data-testid=recurring-paused]") == []
+
+        # Pause after confirming: the badge shows, the waiting ticks are cancelled.
+        await page.until_text("[data-testid=recurring-pause]", "Pause…")
+        await page.click("[data-testid=recurring-pause]")
+        await page.dialog("confirm-dialog", True)
+        await page.click("[data-testid=confirm-ok]")
+        await page.until_text("[data-testid=recurring-message]", "Paused pulse")
+        await page.until_text("[data-testid=recurring-paused]", "paused")
+        await page.until_text("[data-testid=recurring-status]", "paused since")
+        await page.until_text("[data-testid=recurring-tick-status]", "cancelled")
+        paused = await client.get_recurring("pulse")
+        assert paused is not None and paused.paused_ms is not None
+
+        # Resume: the badge goes, and the schedule ticks again (a new generation).
+        await page.until_text("[data-testid=recurring-pause]", "Resume…")
+        await page.click("[data-testid=recurring-pause]")
+        await page.dialog("confirm-dialog", True)
+        await page.click("[data-testid=confirm-ok]")
+        await page.until_text("[data-testid=recurring-message]", "Resumed pulse")
+        await page.until(
+            lambda d: not d.find_elements(By.CSS_SELECTOR, "[data-testid=recurring-paused]"),
+            "the paused badge to go",
+        )
+        resumed = await client.get_recurring("pulse")
+        assert resumed is not None and resumed.paused_ms is None and resumed.generation == 2
+
+        # Run now: backing out changes nothing; confirmed, the extra job is among the
+        # ticks, in due-time order (after the ticks made ahead, due later).
+        before = await client.recurring_ticks("pulse", 1000)
+        assert before is not None
+        await page.click("[data-testid=recurring-run]")
+        await page.dialog("confirm-dialog", True)
+        await page.click("[data-testid=confirm-cancel]")
+        await page.dialog("confirm-dialog", False)
+        unchanged = await client.recurring_ticks("pulse", 1000)
+        assert unchanged is not None and len(unchanged[0]) == len(before[0])
+        await page.click("[data-testid=recurring-run]")
+        await page.dialog("confirm-dialog", True)
+        await page.click("[data-testid=confirm-ok]")
+        await page.until_text("[data-testid=recurring-message]", "Ran pulse now")
+        after = await client.recurring_ticks("pulse", 1000)
+        assert after is not None and len(after[0]) == len(before[0]) + 1
+        [extra] = {j.job_id for j in after[0]} - {j.job_id for j in before[0]}
+        assert extra.endswith("r")
+
+        def listed(d: WebDriver) -> bool:
+            rows = d.find_elements(By.CSS_SELECTOR, "[data-testid=recurring-tick]")
+            return extra in [row.get_attribute("data-id") for row in rows]
+
+        await page.until(listed, "the run-now job among the ticks")
+
+
 async def test_token_protected_server_asks_for_a_token_and_shows_403(
     driver: WebDriver, settings: Settings, topic: str
 ) -> None:
@@ -753,3 +820,225 @@ async def test_token_protected_server_asks_for_a_token_and_shows_403(
             await page.click("[data-testid=token-forget]")
             await page.until_text("[data-testid=token-button]", "Token: none")
             assert await page.script("return sessionStorage.getItem('delayq.token')") is None
+
+
+# ----- browsing and searching jobs, actions, honest counts, expired jobs -------------------------
+
+
+HOUR_MS = 3_600_000
+
+
+async def pending_in_mysql(
+    client: DelayClient, horizon_ms: int, topic: str | None = None
+) -> tuple[int, int]:
+    """Pending jobs (pending or retrying) due within the horizon and beyond it, by a
+    COUNT(*) over every shard."""
+    waiting = f"status IN ({int(JobStatus.PENDING)}, {int(JobStatus.FIRING)})"
+    if topic is not None:
+        waiting += f" AND topic = '{topic}'"  # a test topic: letters, digits and dots
+    edge_ms = int(time.time() * 1000) + horizon_ms
+    edge = f"FROM_UNIXTIME({edge_ms // 1000}.{edge_ms % 1000:03d})"  # as the store writes it
+    near = await count_rows(client.mysql, f"{waiting} AND action_time <= {edge}")
+    beyond = await count_rows(client.mysql, f"{waiting} AND action_time > {edge}")
+    return near, beyond
+
+
+async def search_pages(page: Page) -> list[list[str]]:
+    """The ids of every page of the search on screen, from its first page on, by
+    "Next page" until it is disabled."""
+    pages: list[list[str]] = []
+    while True:
+        await page.until_text("[data-testid=search-count]", f": page {len(pages) + 1},")
+        pages.append(await page.attributes("[data-testid=search-row]", "data-job-id"))
+        if not await page.enabled("[data-testid=search-next]"):
+            return pages
+        await page.click("[data-testid=search-next]")
+
+
+async def test_jobs_are_searched_paged_rescheduled_fired_now_and_counted_as_mysql_has_them(
+    driver: WebDriver, settings: Settings, topic: str
+) -> None:
+    """The search by biz_id (typed in the lookup box) and by topic and status over jobs in
+    Redis and beyond the horizon, paged 10 at a time; a reschedule and a fire now from
+    the list; the pending counts as MySQL has them; and an expired job in its view."""
+    settings = settings.replace(redis_horizon_ms=HOUR_MS)  # near: 30 min, far: 5 h
+    customer = f"cust-{uuid.uuid4().hex[:6]}"
+    other = f"other.{uuid.uuid4().hex[:8]}"
+    async with (
+        DelayClient(settings) as client,
+        running_node(settings, "node-a") as _,
+    ):
+        near = [
+            {
+                "topic": topic,
+                "payload": {"n": n},
+                "delay": 1800 + n,
+                "biz_id": customer if n < 3 else None,
+            }
+            for n in range(12)
+        ]
+        far = [
+            {
+                "topic": topic,
+                "payload": {"n": n},
+                "delay": 5 * 3600 + n,
+                "biz_id": customer if n < 2 else None,
+            }
+            for n in range(13)
+        ]
+        near_ids = await client.schedule_many(near)
+        far_ids = await client.schedule_many(far)
+        [elsewhere] = await client.schedule_many(
+            [{"topic": other, "payload": 1, "delay": 6 * 3600, "biz_id": customer}]
+        )
+        business = {*near_ids[:3], *far_ids[:2], elsewhere}
+        # Past its due time plus expires_after: the node records it expired.
+        expiring = await client.schedule(other, 2, delay=3600, expires_after=1)
+        assert await client.reschedule(expiring, at=time.time() - 120)
+
+        async def expired() -> bool:
+            record = await client.get(expiring)
+            return record is not None and record.status == JobStatus.EXPIRED
+
+        assert await wait_for(expired, timeout_s=WAIT_S)
+
+        async with console(driver, settings, client) as (page, _):
+            # A biz_id in the lookup box: no job has it as its id, so its jobs are listed.
+            await page.open("#jobs")
+            await page.fill("#job-id", customer)
+            await page.click("[data-testid=job-lookup]")
+            await page.until_text("[data-testid=job-message]", f"No job has the id '{customer}'")
+            await page.until_text("[data-testid=search-count]", f"biz_id {customer}")
+            listed = await page.attributes("[data-testid=search-row]", "data-job-id")
+            assert set(listed) == business and len(listed) == len(business)
+
+            # Topic and status pending, 10 a page, soonest first: every job, once.
+            await page.fill("#search-biz-id", "")
+            await page.fill("#search-topic", topic)
+            await page.script("document.getElementById('search-limit').value = '10'")
+            await page.click("[data-testid=search-run]")
+            pages = await search_pages(page)
+            assert len(pages) >= 3 and all(len(ids) <= 10 for ids in pages)
+            seen = [job_id for ids in pages for job_id in ids]
+            assert seen == near_ids + far_ids  # soonest first, each due a second apart
+            await page.screenshot("search")
+
+            # Due before an hour from now (UTC): the jobs within the horizon alone.
+            edge = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 3600))
+            await page.script("document.getElementById('search-to').value = arguments[0]", edge)
+            await page.click("[data-testid=search-run]")
+            await page.until_text("[data-testid=search-count]", "due to")
+            assert [job_id for ids in await search_pages(page) for job_id in ids] == near_ids
+
+            # Back to the first page: a new due time for one, fire another now.
+            await page.click("[data-testid=search-first]")
+            await page.until_text("[data-testid=search-count]", ": page 1,")
+            moved, fired = near_ids[2], near_ids[1]
+            before = await client.get(moved)
+            assert before is not None
+            await page.click(
+                f"[data-testid=search-row][data-job-id='{moved}'] [data-testid=search-reschedule]"
+            )
+            await page.dialog("reschedule-dialog", True)
+            await page.fill("#reschedule-delay", "7200")
+            earliest = int(time.time() * 1000) + 7_200_000
+            await page.click("[data-testid=reschedule-ok]")
+            await page.until_text("[data-testid=search-message]", f"Rescheduled {moved}")
+            latest = int(time.time() * 1000) + 7_200_000
+            after = await client.get(moved)
+            assert after is not None and after.status == JobStatus.PENDING
+            assert earliest <= after.due_ms <= latest
+            assert before.due_ms < earliest - 3_600_000  # it was due in 30 min
+
+            await page.click(
+                f"[data-testid=search-row][data-job-id='{fired}'] [data-testid=search-fire]"
+            )
+            await page.dialog("confirm-dialog", True)
+            assert await page.text("[data-testid=confirm-ids]") == fired
+            await page.click("[data-testid=confirm-ok]")
+            await page.until_text("[data-testid=search-message]", f"Due now: {fired}")
+
+            async def fired_now() -> bool:
+                record = await client.get(fired)
+                return record is not None and record.status == JobStatus.FIRED
+
+            assert await wait_for(fired_now, timeout_s=WAIT_S)
+
+            # The pending counts: what a COUNT(*) in MySQL says, split at the horizon.
+            near_n, beyond_n = await pending_in_mysql(client, settings.redis_horizon_ms)
+            assert (near_n, beyond_n) == (10, 13 + 1 + 1)  # moved beyond; `elsewhere`
+            topic_near, topic_beyond = await pending_in_mysql(
+                client, settings.redis_horizon_ms, topic
+            )
+            await page.open("#cluster")
+            await page.until_text(
+                "[data-testid=pending-total]", re.compile(rf"^{near_n + beyond_n}$")
+            )
+            split = await page.text("[data-testid=pending-split]")
+            assert split == f"{near_n} in Redis · {beyond_n} beyond horizon"
+            row = f"[data-testid=pending-row][data-topic='{topic}']"
+            assert await page.text(f"{row} [data-testid=pending-topic-redis]") == str(topic_near)
+            assert await page.text(f"{row} [data-testid=pending-topic-beyond]") == str(topic_beyond)
+            assert (topic_near, topic_beyond) == (10, 14)
+            await page.screenshot("counts")
+
+            # The expired job, in its own view.
+            await page.open("#expired")
+            await page.until_text("[data-testid=expired-count]", "1 expired")
+            assert await page.attributes("[data-testid=expired-row]", "data-job-id") == [expiring]
+
+
+async def test_cancel_all_matching_confirms_the_count_and_refuses_a_changed_selection(
+    driver: WebDriver, settings: Settings, client: DelayClient
+) -> None:
+    """One row cancelled from the list; then "Cancel all matching": the dialog says how
+    many, Back changes nothing, a job that starts matching while the dialog is open makes
+    the server refuse (nothing cancelled), and confirmed again it cancels them all."""
+    kind = f"close-{uuid.uuid4().hex[:6]}"
+    jobs = [
+        {"topic": "orders.close", "payload": n, "delay": 3600 + n, "biz_type": kind}
+        for n in range(5)
+    ]
+    ids = await client.schedule_many(jobs)
+    keep = await client.schedule("orders.close", 9, delay=3600, biz_type="other")
+
+    async def statuses(job_ids: list[str]) -> set[JobStatus]:
+        rows = await client.mysql.get_many(job_ids)
+        return {rows[job_id].status for job_id in job_ids}
+
+    async with console(driver, settings, client) as (page, _):
+        await page.open("#jobs")
+        await page.fill("#search-biz-type", kind)
+        await page.click("[data-testid=search-run]")
+        await page.until_text("[data-testid=search-count]", "5 jobs")
+        await page.click(
+            f"[data-testid=search-row][data-job-id='{ids[0]}'] [data-testid=search-cancel]"
+        )
+        await page.dialog("confirm-dialog", True)
+        await page.click("[data-testid=confirm-ok]")
+        await page.until_text("[data-testid=search-message]", f"Cancelled {ids[0]}")
+        assert await statuses(ids[:1]) == {JobStatus.CANCELLED}
+        await page.until_text("[data-testid=search-count]", "4 jobs")  # pending only
+
+        await page.click("[data-testid=search-cancel-all]")
+        await page.dialog("confirm-dialog", True)
+        assert await page.text("#confirm-title") == "Cancel 4 jobs?"
+        await page.click("[data-testid=confirm-cancel]")
+        await page.dialog("confirm-dialog", False)
+        assert await statuses(ids[1:]) == {JobStatus.PENDING}
+
+        await page.click("[data-testid=search-cancel-all]")
+        await page.dialog("confirm-dialog", True)
+        late = await client.schedule("orders.close", 5, delay=3600, biz_type=kind)
+        await page.click("[data-testid=confirm-ok]")
+        await page.until_text("[data-testid=search-message]", "(409)")
+        assert await statuses([*ids[1:], late]) == {JobStatus.PENDING}
+
+        await page.click("[data-testid=search-cancel-all]")
+        await page.dialog("confirm-dialog", True)
+        assert await page.text("#confirm-title") == "Cancel 5 jobs?"
+        await page.click("[data-testid=confirm-ok]")
+        await page.until_text("[data-testid=search-message]", "Cancelled 5 jobs.")
+        assert await statuses([*ids, late]) == {JobStatus.CANCELLED}
+        assert await statuses([keep]) == {JobStatus.PENDING}
+        await page.until_text("[data-testid=search-list]", "no job matches")

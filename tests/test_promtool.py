@@ -109,6 +109,7 @@ PAGE = {"severity": "page"}
 TICKET = {"severity": "ticket"}
 NODE1 = {"job": "delayq", "instance": "n1:9464"}
 NODE2 = {"job": "delayq", "instance": "n2:9464"}
+INGRESS = {"job": "delayq-ingress", "instance": "i1:9465"}
 
 ALERT_SCENARIOS: list[dict[str, Any]] = [
     # 10 jobs/s, 30 % of them later than 1 s: both burn rates are far above their bound.
@@ -239,6 +240,38 @@ ALERT_SCENARIOS: list[dict[str, Any]] = [
         "alert_rule_test": [
             expect("2m", "DelayqMetricsTopicsFolded"),
             expect("4m", "DelayqMetricsTopicsFolded", {**TICKET, "instance": "n1:9464"}),
+        ],
+    },
+    # An ingress that stops answering from minute 3 (up 0): down after 2 minutes of it.
+    {
+        "input_series": [series("up", "1 1 1 0 0 0 0", **INGRESS)],
+        "alert_rule_test": [
+            expect("3m", "DelayqIngressDown"),
+            expect("6m", "DelayqIngressDown", {**PAGE, **INGRESS}),
+        ],
+    },
+    # Store failures every minute from minute 5 (and one error send failure early on,
+    # which passes): only the lasting failures page.
+    {
+        "input_series": [
+            series("delayq_ingress_store_failures_total", "0 0 0 0 0 0+1x20", **INGRESS),
+            series("delayq_ingress_error_send_failures_total", "0 1 1x30", **INGRESS),
+        ],
+        "alert_rule_test": [
+            expect("9m", "DelayqIngressStoreFailing"),
+            expect("20m", "DelayqIngressStoreFailing", {**PAGE, "instance": "i1:9465"}),
+        ],
+    },
+    # Two invalid records at minute 2; none after: a ticket that ends.
+    {
+        "input_series": [
+            series("delayq_ingress_records_total", "0 0 2 2x30", result="invalid", **INGRESS),
+            series("delayq_ingress_records_total", "0+100x30", result="scheduled", **INGRESS),
+        ],
+        "alert_rule_test": [
+            expect("1m", "DelayqIngressRefusingRecords"),
+            expect("5m", "DelayqIngressRefusingRecords", TICKET),
+            expect("25m", "DelayqIngressRefusingRecords"),
         ],
     },
 ]

@@ -175,7 +175,7 @@ async def test_get_a_job_with_its_history(api: Api) -> None:
     assert status == 200 and "history" not in body
     assert (body["status"], body["payload"], body["biz_id"]) == ("pending", {"a": [1, 2]}, "b-1")
     status, body, _ = await api.call("GET", f"/v1/jobs/{job_id}?history=true", token=VIEWER)
-    assert [entry["note"] for entry in body["history"]] == ["rescheduled"]
+    assert [entry["note"] for entry in body["history"]] == ["created", "rescheduled"]
     status, body, _ = await api.call("GET", "/v1/jobs/nobody")
     assert status == 404 and body["type"] == "urn:delayq:problem:not-found"
 
@@ -427,6 +427,9 @@ async def test_cluster_and_its_figures(api: Api) -> None:
 ADMITS = {
     "schedule": {"producer", "operator"},
     "get_job": {"producer", "operator", "viewer"},
+    "pending_counts": {"producer", "operator", "viewer"},
+    "search_jobs": {"producer", "operator", "viewer"},
+    "cancel_matching": {"producer", "operator"},
     "cancel": {"producer", "operator"},
     "reschedule": {"producer", "operator"},
     "list_dead": {"operator", "viewer"},
@@ -438,6 +441,10 @@ ADMITS = {
     "get_recurring": {"producer", "operator", "viewer"},
     "put_recurring": {"producer", "operator"},
     "remove_recurring": {"producer", "operator"},
+    "pause_recurring": {"producer", "operator"},
+    "resume_recurring": {"producer", "operator"},
+    "run_recurring": {"producer", "operator"},
+    "recurring_ticks": {"producer", "operator", "viewer"},
     "cluster": {"operator", "viewer"},
     "cluster_stats": {"operator", "viewer"},
 }

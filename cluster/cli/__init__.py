@@ -8,6 +8,9 @@ load none of these.
 - ``main``: ``main()``, which reads the settings and hands them to the command
 - ``parser``: the argument parser, one function per command
 - ``jobs``: ``get``, ``cancel``, ``expired``, ``dead``, ``recurring``
+- ``actions``, ``parser_actions``: ``schedule`` and ``reschedule``, and their parsers
+- ``unreachable``: a store that does not answer, said in one line instead of a traceback
+- ``times``: times as people read them (ISO-8601 UTC); ``progress``: rich progress bars
 - ``operations``: ``db migrate``, ``db prune``, ``cluster status``, ``recover``
 - ``processes``: ``node`` (and ``node --check``), ``ingress``, ``web``, ``top``
 - ``services``: ``delayq services``, the local development stack

@@ -10,8 +10,11 @@
     delayq dead list|show|replay|purge   the dead-letter set
     delayq recurring list|show|remove    recurring schedules
     delayq expired [--topic T]           jobs that expired (not published in time)
-    delayq get JOB_ID                    show a job's durable record
+    delayq get JOB_ID [--history]        show a job's durable record (and history)
     delayq cancel JOB_ID                 cancel a job
+    delayq jobs list|cancel [filters]    search jobs; cancel those a filter matches
+    delayq schedule --topic T ...        schedule a job (payload from JSON, a file, stdin)
+    delayq reschedule JOB_ID --delay D   give a job a new due time
 
 Settings come from DELAYQ_* environment variables and the TOML file named by
 DELAYQ_CONFIG or --config; see docs/configuration.md.
@@ -29,10 +32,11 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from cluster.cli import jobs, operations, processes
+from cluster.cli import actions, jobs, operations, processes, search
 from cluster.cli.output import shown
 from cluster.cli.parser import build_parser
 from cluster.cli.services import services
+from cluster.cli.unreachable import unavailable
 from cluster.errors import ConfigError
 from cluster.settings.config import Settings
 from cluster.settings.logs import TEXT_FORMAT, configure_logging
@@ -51,11 +55,21 @@ COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], int]] = {
     "expired": jobs.expired,
     "get": jobs.get,
     "cancel": jobs.cancel,
+    "jobs": search.jobs,
+    "schedule": actions.schedule,
+    "reschedule": actions.reschedule,
 }
+
+
+# The long-running processes log what they do; the other commands print their answer
+# and log only warnings unless --log-level asks for more.
+_INFO_BY_DEFAULT = {"node", "ingress", "web", "services"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.log_level is None:
+        args.log_level = "INFO" if args.command in _INFO_BY_DEFAULT else "WARNING"
     logging.basicConfig(level=args.log_level, format=TEXT_FORMAT)
     if args.command == "services":
         return services(args)
@@ -71,6 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](settings, args)
     except (ConfigError, ValueError, RuntimeError) as exc:
         print(f"delayq: {shown(exc)}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        # A store that does not answer: one line with its address, not a traceback.
+        known = unavailable(settings, exc)
+        if known is None:
+            raise
+        print(f"delayq: {shown(known)}", file=sys.stderr)
         return 1
 
 

@@ -130,16 +130,25 @@ def cluster_status(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _print_status(settings: Settings, as_json: bool) -> int:
     from cluster.observe.mysql_layout import read_layout, render_layout
+    from cluster.observe.pending_view import read_pending_or_why, render_pending
     from cluster.observe.status import read_status, render
 
     status = await read_status(settings)
     layout = await read_layout(settings)
+    pending = await read_pending_or_why(settings)
     # Members write their own fields in ZooKeeper: both forms escape what a terminal
     # would interpret.
     if as_json:
-        print(shown_json({**status.as_dict(), "mysql": [s.as_dict() for s in layout]}))
+        mysql = [s.as_dict() for s in layout]
+        counted = {"error": pending} if isinstance(pending, str) else pending.as_dict()
+        print(shown_json({**status.as_dict(), "mysql": mysql, "pending": counted}))
     else:
+        in_redis = sum(s.delay + s.ready + s.inflight for s in status.slot_status)
         print(render(status) + "\n" + render_layout(layout, settings.mysql_databases))
+        if isinstance(pending, str):
+            print(f"pending: not counted: {shown(pending)}")
+        else:
+            print(render_pending(pending, in_redis))
     return 0
 
 

@@ -7,6 +7,9 @@ import argparse
 from typing import TypeAlias
 
 from cluster.cli.output import shown
+from cluster.cli.parser_actions import add_actions
+from cluster.cli.parser_recurring import add_recurring
+from cluster.cli.parser_search import add_search
 
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -23,9 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--log-level",
-        default="INFO",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="logging level (default INFO)",
+        help="logging level (default INFO for node, ingress, web and services; WARNING "
+        "for the commands that print an answer)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_services(commands)
@@ -37,9 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_web(commands)
     _add_recover(commands)
     _add_dead(commands)
-    _add_recurring(commands)
+    add_recurring(commands)  # parser_recurring.py
     _add_expired(commands)
     _add_get_and_cancel(commands)
+    add_search(commands)  # jobs list|cancel (parser_search.py)
+    add_actions(commands)  # schedule, reschedule (parser_actions.py)
     return parser
 
 
@@ -220,11 +225,11 @@ def _add_ingress(commands: Commands) -> None:
         description="Run a Kafka ingress: read the records of ingress_topic in the consumer "
         "group ingress_group, schedule each one as a job (a JSON object with the fields of a "
         "job request: topic, payload, delay or at, and job_id, biz_id, biz_type, "
-        "max_attempts), send the records that are not valid jobs to the error topic with "
-        "the reason, and commit a round's offsets only once its jobs are stored and its "
-        "error records acknowledged. A record "
-        "without a job_id is given one derived from its topic, partition, offset and "
-        "timestamp, so a record read twice is one job. Start more processes with the same "
+        "max_attempts, expires_after, priority), send the records that are not valid jobs "
+        "to the error topic with the reason, and commit a round's offsets only once its "
+        "jobs are stored and its error records acknowledged. A record without a job_id "
+        "is given one derived from its topic, partition, offset and timestamp, so a "
+        "record read twice is one job. Start more processes with the same "
         "settings to share the topic's partitions (docs/ingress.md).",
     )
     ingress.add_argument(
@@ -351,25 +356,6 @@ def _add_dead(commands: Commands) -> None:
     )
 
 
-def _add_recurring(commands: Commands) -> None:
-    """`delayq recurring list|show|remove`."""
-    recurring = commands.add_parser(
-        "recurring",
-        help="recurring schedules: list, show, remove",
-        description="list: every recurring schedule with its cadence and next tick "
-        "(--removed: removed ones too; --json: as JSON). show NAME: one schedule as JSON. "
-        "remove NAME: stop a schedule; its ticks already made into jobs and due from now on "
-        "are cancelled (one being published at that moment fires). Schedules are created "
-        "with DelayClient.schedule_recurring().",
-    )
-    recurring.add_argument("action", choices=["list", "show", "remove"])
-    recurring.add_argument("name", nargs="?", help="with show and remove: the schedule's name")
-    recurring.add_argument("--json", action="store_true", help="with list: print JSON")
-    recurring.add_argument(
-        "--removed", action="store_true", help="with list: also the removed schedules"
-    )
-
-
 def _add_expired(commands: Commands) -> None:
     """`delayq expired`."""
     expired = commands.add_parser(
@@ -390,6 +376,7 @@ def _add_get_and_cancel(commands: Commands) -> None:
     """`delayq get JOB_ID` and `delayq cancel JOB_ID`."""
     get = commands.add_parser("get", help="print a job's durable record as JSON")
     get.add_argument("job_id")
+    get.add_argument("--history", action="store_true", help="with its history, created first")
     cancel = commands.add_parser(
         "cancel",
         help="cancel a job; exit 0 if it will never fire, 1 and the reason if it was not cancelled",

@@ -7,7 +7,9 @@ Each refresh takes a snapshot of the cluster (cluster/observe/snapshot.py: the m
 the slot map and every slot's depth as `delayq cluster status` reads them, over one
 ZooKeeper session and Redis connection kept between refreshes, and every member's
 /metrics; nodes run without metrics_port show "metrics off"). Fire rates and lateness
-quantiles are over the last refresh interval. This module draws it with rich.
+quantiles are over the last refresh interval. The pending jobs in MySQL, due within the
+Redis horizon and beyond it (cluster/store/counts.py), are counted at most every
+CACHE_S seconds. This module draws it with rich.
 """
 
 from __future__ import annotations
@@ -23,9 +25,18 @@ from rich.table import Table
 from rich.text import Text
 
 from cluster.cli.output import shown, shown_json
+from cluster.client.counts import CACHE_S, PendingCountsCache
+from cluster.observe.pending_view import tiers
 from cluster.observe.snapshot import SCRAPE_TIMEOUT_S, Snapshot, SnapshotReader
 from cluster.observe.status import SlotStatus
 from cluster.settings.config import Settings
+from cluster.store.counts import PendingCounts
+from cluster.store.sharded import ShardedStore
+
+# Topics the pending table lists, most pending first.
+PENDING_TOPICS = 5
+# How long one count may take before the view shows it as failed.
+COUNT_TIMEOUT_S = 5.0
 
 
 def _ms(value: float | None) -> str:
@@ -49,17 +60,54 @@ def busiest_slots(slot_status: Iterable[SlotStatus]) -> list[SlotStatus]:
     )
 
 
-def render(snapshot: Snapshot, height: int = 50, problem: str | None = None) -> Group:
-    """The screen: a header, then members, topics and the busiest slots, cut to `height`
-    lines. `problem` is why the last refresh failed (the snapshot is then older)."""
+def render(
+    snapshot: Snapshot,
+    height: int = 50,
+    problem: str | None = None,
+    pending: PendingCounts | str | None = None,
+) -> Group:
+    """The screen: a header, then members, topics, the pending jobs and the busiest
+    slots, cut to `height` lines. `problem` is why the last refresh failed (the snapshot
+    is then older); `pending`: the last count, or why it failed."""
     # What the header and the tables' titles, headers and borders take (about 16 lines).
     room = max(3, height - 16 - len(snapshot.members) - len(snapshot.topics))
-    return Group(
-        _header(snapshot, problem),
-        _members(snapshot),
-        _topics(snapshot),
-        _slots(snapshot, room),
+    parts: list[Table | Text] = [_header(snapshot, problem), _members(snapshot), _topics(snapshot)]
+    if isinstance(pending, str):
+        parts.append(Text(f"pending: count failed: {shown(pending)}", "bold red"))
+        room -= 1
+    elif pending is not None:
+        parts.append(_pending(pending))
+        room -= 5 + min(len(pending.topics), PENDING_TOPICS)
+    return Group(*parts, _slots(snapshot, max(3, room)))
+
+
+def _pending(pending: PendingCounts) -> Table:
+    """The pending jobs in MySQL: within the Redis horizon and beyond it (~: estimate)."""
+    near, far, both = tiers(pending.total)
+    table = Table(
+        title=f"pending in MySQL: {both} (horizon {pending.horizon_ms / 1000:g} s; ~: estimate)",
+        title_justify="left",
     )
+    for column in ("topic", "within horizon", "beyond horizon", "pending"):
+        table.add_column(column, justify="left" if column == "topic" else "right")
+    table.add_row("(all)", near, far, both)
+    for topic, counts in pending.top(PENDING_TOPICS):
+        table.add_row(_text(topic), *tiers(counts))
+    if len(pending.topics) > PENDING_TOPICS or pending.more_topics:
+        table.add_row("...", "", "", "")
+    return table
+
+
+async def _count(cache: PendingCountsCache) -> PendingCounts | str:
+    """The pending counts (at most CACHE_S old), or why they could not be read: MySQL
+    away for a moment must not end the view."""
+    try:
+        async with asyncio.timeout(COUNT_TIMEOUT_S):  # a hung server must not freeze the view
+            return await cache.get()
+    except TimeoutError:
+        return f"MySQL did not answer within {COUNT_TIMEOUT_S:g} s"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _header(snapshot: Snapshot, problem: str | None) -> Text:
@@ -143,35 +191,49 @@ async def run_top(settings: Settings, interval_s: float, once: bool, as_json: bo
     # aiozk logs its session's (re)connections at INFO: not on this screen.
     logging.getLogger("aiozk").setLevel(logging.WARNING)
     reader = SnapshotReader(settings)
+    store = ShardedStore(settings, "top")
+    counts = PendingCountsCache(store, settings.redis_horizon_ms, CACHE_S)
     timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as http:
             if once:
-                return await _print_once(reader, http, interval_s, as_json)
-            return await _live(reader, http, interval_s)
+                return await _print_once(reader, http, counts, interval_s, as_json)
+            return await _live(reader, http, counts, interval_s)
     finally:
         await reader.close()
+        await store.close()
 
 
 async def _print_once(
-    reader: SnapshotReader, http: aiohttp.ClientSession, interval_s: float, as_json: bool
+    reader: SnapshotReader,
+    http: aiohttp.ClientSession,
+    counts: PendingCountsCache,
+    interval_s: float,
+    as_json: bool,
 ) -> int:
     await reader.snapshot(http)  # the first scrape: rates need two
     await asyncio.sleep(interval_s)
     snapshot = await reader.snapshot(http)
+    pending = await _count(counts)
     if as_json:
-        print(shown_json(snapshot.as_dict()))
+        shown_pending = pending if isinstance(pending, str) else pending.as_dict()
+        print(shown_json({**snapshot.as_dict(), "pending": shown_pending}))
     else:
         console = Console()
-        console.print(render(snapshot, console.size.height))
+        console.print(render(snapshot, console.size.height, pending=pending))
     return 0
 
 
-async def _live(reader: SnapshotReader, http: aiohttp.ClientSession, interval_s: float) -> int:
+async def _live(
+    reader: SnapshotReader,
+    http: aiohttp.ClientSession,
+    counts: PendingCountsCache,
+    interval_s: float,
+) -> int:
     console = Console()
     snapshot = await reader.snapshot(http)  # fails the command if there is no cluster
     try:
-        first = render(snapshot, console.size.height)
+        first = render(snapshot, console.size.height, pending=await _count(counts))
         with Live(first, console=console, screen=False, auto_refresh=False) as live:
             while True:
                 await asyncio.sleep(interval_s)
@@ -180,6 +242,7 @@ async def _live(reader: SnapshotReader, http: aiohttp.ClientSession, interval_s:
                     snapshot = await reader.snapshot(http)
                 except Exception as exc:  # ZooKeeper or Redis away for a moment
                     problem = f"{type(exc).__name__}: {exc}"
-                live.update(render(snapshot, console.size.height, problem), refresh=True)
+                pending = await _count(counts)
+                live.update(render(snapshot, console.size.height, problem, pending), refresh=True)
     except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C: the normal way out
         return 0

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from cluster.client.counts import PendingCounts, pending_counts
 from cluster.client.dead_letters import DeadJob, DeadLetters
 from cluster.client.job_changes import JobChanges
+from cluster.client.job_search import JobSearchActions
 from cluster.client.job_writer import (
     MAX_BATCH,
     UNREACHABLE,
@@ -36,13 +38,15 @@ from cluster.client.job_writer import (
     schedule_in_transaction,
     validated,
 )
+from cluster.client.opening import open_stores
 from cluster.client.recurring import (
     RecurringSchedule,
     RecurringSchedules,
     check_name,
     validate_recurring,
 )
-from cluster.connections.redis_conn import RedisClient, open_redis
+from cluster.client.recurring_actions import RecurringActions
+from cluster.connections.redis_conn import RedisClient
 from cluster.errors import (
     InvalidJob,
     StoreUnavailable,
@@ -72,7 +76,7 @@ class _Opened:
     schedules: RecurringSchedules
 
 
-class DelayClient:
+class DelayClient(RecurringActions, JobSearchActions):
     """An async producer client. Use as ``async with``; close() is idempotent."""
 
     def __init__(self, settings: Settings) -> None:
@@ -89,8 +93,7 @@ class DelayClient:
     async def open(self) -> None:
         if self._opened is not None:
             return
-        await self.mysql.open()
-        redis = await open_redis(self.settings)
+        redis = await open_stores(self.settings, self.mysql)  # StoreUnavailable: not there
         scripts = Scripts(
             redis,
             self.keys,
@@ -134,9 +137,15 @@ class DelayClient:
             raise RuntimeError(_NOT_OPEN)
         return self._opened
 
+    def _job_changes(self) -> JobChanges:
+        return self._open.changes
+
     @property
     def scripts(self) -> Scripts:
         return self._open.scripts
+
+    def _recurring_schedules(self) -> RecurringSchedules:
+        return self._open.schedules
 
     # ----- schedule (cluster/client/job_writer.py) -------------------------------------
 
@@ -152,13 +161,15 @@ class DelayClient:
         biz_type: str | None = None,
         max_attempts: int | None = None,
         expires_after: float | None = None,
+        priority: int | None = None,
     ) -> str:
         """Schedule one job; returns its job_id. The same job_id twice is one job.
 
         Give exactly one of delay (seconds from now) or at (an aware datetime or epoch
         seconds). A due time in the past fires at once. With expires_after (seconds),
         the job is never published later than that after its due time: if it could not
-        be published by then, it ends EXPIRED instead.
+        be published by then, it ends EXPIRED instead. priority (0..1000, default 0):
+        among jobs due at the same millisecond, higher fires first (docs/guarantees.md).
         """
         job = validate(
             topic=topic,
@@ -171,6 +182,7 @@ class DelayClient:
             max_attempts=max_attempts,
             settings=self.settings,
             expires_after=expires_after,
+            priority=priority,
         )
         await self._open.writes.store([job], keyed={job.job_id} if job_id is not None else set())
         return job.job_id
@@ -219,6 +231,7 @@ class DelayClient:
         biz_type: str | None = None,
         max_attempts: int | None = None,
         expires_after: float | None = None,
+        priority: int | None = None,
     ) -> str:
         """Schedule one job inside the caller's own MySQL transaction; returns its job_id.
 
@@ -243,6 +256,7 @@ class DelayClient:
             max_attempts=max_attempts,
             settings=self.settings,
             expires_after=expires_after,
+            priority=priority,
         )
         # Works on a client that is not open: the write uses the caller's connection.
         await schedule_in_transaction(self.mysql, conn, job)
@@ -312,6 +326,12 @@ class DelayClient:
             check_topic(topic)
         return await self.mysql.count_expired(topic)
 
+    async def pending_counts(self) -> PendingCounts:
+        """Pending jobs per topic and in total, due within redis_horizon_ms and beyond
+        it (MySQL alone); some figures are estimates on big tables (cluster/store/counts.py)."""
+        _ = self._open  # RuntimeError when not open
+        return await pending_counts(self.mysql, self.settings.redis_horizon_ms)
+
     # ----- dead letters (cluster/client/dead_letters.py) -------------------------------------
 
     async def dead_letters(self, *, topic: str | None = None, limit: int = 100) -> list[DeadJob]:
@@ -361,6 +381,7 @@ class DelayClient:
         max_attempts: int | None = None,
         missed: str = "fire_once",
         expires_after: float | None = None,
+        priority: int | None = None,
     ) -> RecurringSchedule:
         """Fire `payload` to `topic` at every tick of a schedule, each tick once, as an
         ordinary job whose record also carries "recurring" (the name) and "tick_ms".
@@ -372,7 +393,8 @@ class DelayClient:
         says what happens to ticks no node made into jobs in time (every node down):
         "fire_once" fires the last of them once, "skip" none. expires_after (seconds)
         gives every tick that expiry, as for any job: a tick not published within that
-        long after its time ends EXPIRED instead of firing late. The same name again with
+        long after its time ends EXPIRED instead of firing late; priority, every tick's
+        priority (as for schedule()). The same name again with
         the same definition changes nothing; with another definition it replaces the
         schedule from now on. Returns the schedule as stored. Calling again after an
         error is safe.
@@ -392,6 +414,7 @@ class DelayClient:
             missed=missed,
             settings=self.settings,
             expires_after=expires_after,
+            priority=priority,
         )
         try:
             return await self._open.schedules.put(definition)

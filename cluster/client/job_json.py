@@ -33,9 +33,10 @@ def job_from_json(value: object) -> dict[str, Any]:
     if "topic" not in value or "payload" not in value:
         raise InvalidJob("a job needs 'topic' and 'payload'")
     job = dict(value)
-    attempts = job.get("max_attempts")
-    if isinstance(attempts, float) and attempts.is_integer():
-        job["max_attempts"] = int(attempts)  # JSON has one number type: 3.0 is 3
+    for field in ("max_attempts", "priority"):
+        number = job.get(field)
+        if isinstance(number, float) and number.is_integer():
+            job[field] = int(number)  # JSON has one number type: 3.0 is 3
     at = job.get("at")
     if isinstance(at, str):
         job["at"] = parse_time(at, "at")
@@ -96,6 +97,7 @@ def record_json(record: JobRecord) -> dict[str, Any]:
         "expires_after": None
         if record.expires_after_ms is None
         else record.expires_after_ms / 1000,
+        "priority": record.priority,
     }
 
 

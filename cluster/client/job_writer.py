@@ -257,7 +257,14 @@ class JobWriter:
                 if job.due_ms < horizon_end:
                     tail = job.tail if job.due_ms <= lean_after else b""
                     by_slot[slot].append(
-                        NewJob(job.job_id, job.due_ms, job.max_attempts, tail, job.expires_after_ms)
+                        NewJob(
+                            job.job_id,
+                            job.due_ms,
+                            job.max_attempts,
+                            tail,
+                            job.expires_after_ms,
+                            job.priority,
+                        )
                     )
             elif row.status in WAITING_STATUSES and row.due_ms < horizon_end:
                 by_slot[slot].append(NewJob.from_record(row))

@@ -13,7 +13,9 @@ cancelled, and the new definition, one generation up so its ticks have new job i
 ticks from now on. An old tick that cannot be cancelled any more (it is being published
 at this moment) fires, and the new definition then starts after it, so no tick time
 fires twice. Ticks due before the call are left to fire. Removing cancels the same way
-and keeps the row (removed), so the name added again starts a new generation.
+and keeps the row (removed), so the name added again starts a new generation. A paused
+schedule replaced stays paused (pausing is the operator's, the definition the
+producer's); removed and added again, it is not paused (cluster/client/recurring_actions.py).
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ def validate_recurring(
     settings: Settings,
     now: int | None = None,
     expires_after: object = None,
+    priority: object = None,
 ) -> Definition:
     """Check every argument of schedule_recurring(); InvalidJob names the first bad one."""
     current = now_ms() if now is None else now
@@ -135,6 +138,7 @@ def validate_recurring(
         settings=settings,
         now=current,
         expires_after=expires_after,
+        priority=priority,
     )
     if (cron is None) == (every is None):
         raise InvalidJob("give exactly one of cron= (an expression) or every= (an interval)")
@@ -184,6 +188,7 @@ def validate_recurring(
         cadence=cadence,
         missed=policy,
         expires_after_ms=job.expires_after_ms,
+        priority=job.priority,
     )
 
 
@@ -229,6 +234,11 @@ class RecurringSchedules:
                 start = await self._cancel_made(current, now) if not current.removed else now
             cadence = definition.cadence
             first = cadence.first_at_or_after(start)
+            paused = None if current is None or current.removed else current.paused_ms
+            if paused is not None and current is not None:
+                # A replaced paused schedule stays paused: it makes no ticks until resumed.
+                await self.store.redefine(cur, definition, generation, first, None, paused)
+                return
             made = (
                 plan(
                     cadence,
@@ -320,9 +330,12 @@ def describe(schedule: RecurringSchedule) -> dict[str, Any]:
         "expires_after_s": (
             None if definition.expires_after_ms is None else definition.expires_after_ms / 1000
         ),
+        "priority": definition.priority,
         "payload": definition.payload_json.decode(),
         "generation": schedule.generation,
         "removed": schedule.removed,
+        "paused": schedule.paused_ms is not None,
+        "paused_ms": schedule.paused_ms,
         "next_ms": schedule.next_fire_ms(now_ms()),
         "made_until_ms": schedule.next_tick_ms,
         "last_made_ms": schedule.last_tick_ms,

@@ -51,6 +51,7 @@ from cluster.devstack import (
     brokers,
     kafka,
     mariadb,
+    port_memory,
     processes,
     redis_server,
     tansu,
@@ -248,6 +249,7 @@ def up(*, secure: bool = False) -> None:
     apache = kafka_broker_wanted() == "apache"
     ensure_packages(secure=secure, maven=apache)
     root.mkdir(parents=True, exist_ok=True)
+    port_memory.record(root, secure)  # later commands find the stack without the variables
     if apache:
         kafka.fetch()  # once: before anything starts, so a failure changes nothing
         brokers.start_anew_on_a_new_count(root, secure)
@@ -363,7 +365,8 @@ def status(*, secure: bool = False) -> dict[str, bool]:
 def env_lines(*, secure: bool = False) -> list[str]:
     """``export NAME=value`` lines for ``eval "$(delayq services env)"``."""
     env = stack_env(secure=secure)
-    return [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+    lines = [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+    return lines + port_memory.export_lines(secure)
 
 
 def run(
@@ -406,6 +409,7 @@ def run(
         os.environ["DELAYQ_SERVICES_ZK_ENSEMBLE"] = str(zk_ensemble_size)
     try:
         refuse_secure(secure)
+        port_memory.recall(stack_root(secure), secure)
         if command == "up":
             up(secure=secure)
             return 0

@@ -17,7 +17,14 @@ from aiokafka import errors as kafka_errors
 
 from cluster.client.delay_client import MAX_BATCH
 from cluster.connections.kafka_conn import connection_options, make_consumer, start_client
-from cluster.errors import ConfigError, InvalidJob, SchemaError, StartupFailed, StoreAccessError
+from cluster.errors import (
+    ConfigError,
+    InvalidJob,
+    SchemaError,
+    StartupFailed,
+    StoreAccessError,
+    StoreUnavailable,
+)
 from cluster.model.jobs import check_topic
 from cluster.process.runner import one_line
 from cluster.settings.config import Settings
@@ -38,6 +45,7 @@ _START_TRANSIENT = (
     pymysql.err.OperationalError,
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
+    StoreUnavailable,  # DelayClient.open(): MySQL or Redis does not answer (yet)
     kafka_errors.KafkaConnectionError,
     kafka_errors.KafkaTimeoutError,
 )

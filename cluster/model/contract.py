@@ -25,6 +25,11 @@ class JobStatus(IntEnum):
     DEAD = 4
     EXPIRED = 5  # not published by its due time + expires_after: never will be
 
+    def __str__(self) -> str:
+        """The lower-case name (`pending`), as people read it: print(record.status) and
+        f-strings show it. SQL and Lua take int(status), never its text."""
+        return self.name.lower()
+
 
 # Statuses of a job that has not fired yet and may still fire.
 WAITING_STATUSES = (JobStatus.PENDING, JobStatus.FIRING)
@@ -91,6 +96,12 @@ FENCED = ErrorCode.FENCED
 # id: equal due times sort by schedule order. A stored envelope starts with the same
 # digits, so the member can be rebuilt from it.
 SEQ_DIGITS = 12
+
+# A job's priority, 0..PRIORITY_MAX (higher fires first among jobs due at the same ms),
+# lowers its delay score by priority / PRIORITY_SCALE: less than 1 ms, so a job never
+# becomes due early, and a priority-0 job's score is its due ms exactly.
+PRIORITY_MAX = 1000
+PRIORITY_SCALE = 1024
 
 
 def seq_hex(seq: int) -> str:
@@ -162,6 +173,11 @@ def lua_include() -> str:
         "local function member_seq(member) return string.sub(member, 1, SEQ_DIGITS) end",
         "local function member_id(member) return string.sub(member, SEQ_DIGITS + 1) end",
         f"local function seq_hex(n) return string.format('%0{SEQ_DIGITS}x', n) end",
+        "",
+        "-- A job's priority (0..PRIORITY_MAX) lowers its delay score by",
+        "-- priority / PRIORITY_SCALE (includes/common.lua: score_of).",
+        f"local PRIORITY_MAX = {PRIORITY_MAX}",
+        f"local PRIORITY_SCALE = {PRIORITY_SCALE}",
     ]
     return "\n".join(lines) + "\n"
 

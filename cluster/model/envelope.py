@@ -3,7 +3,8 @@
 Stored envelope: b"<seq>|<max_attempts>|<due_ms>|<tail>" (the Lua scripts read the
 header), where a job with expires_after carries b"<max_attempts>:<expires_after_ms>" in
 the second field (attempts_field), so that the envelope of a job without it is the same
-bytes as before expiry existed; tail: b"<topic>|<key hash>|<key length>|<key><record
+bytes as before expiry existed, and a job with a priority above 0 ends that field with
+b"p<priority>"; tail: b"<topic>|<key hash>|<key length>|<key><record
 json>". The record json
 is the fired record without due_ms, fired_ms and attempt; the dispatcher appends those
 by splicing bytes, so firing a job never parses or re-serialises its payload. The key
@@ -80,12 +81,29 @@ def make_tail(
     return b"%s|%d|%d|%s%s" % (topic.encode(), murmur2(key), len(key), key, record)
 
 
-def attempts_field(max_attempts: int, expires_after_ms: int | None) -> int | str:
+def attempts_field(max_attempts: int, expires_after_ms: int | None, priority: int = 0) -> int | str:
     """The envelope's second field: max_attempts, with ":<expires_after_ms>" appended
-    for a job that expires (lua/includes/common.lua reads it)."""
+    for a job that expires and "p<priority>" for a job with a priority above 0
+    (lua/includes/common.lua reads it; its delay score depends on the priority)."""
     if expires_after_ms is None:
-        return max_attempts
-    return f"{max_attempts}:{expires_after_ms}"
+        return max_attempts if not priority else f"{max_attempts}p{priority}"
+    return f"{max_attempts}:{expires_after_ms}" + (f"p{priority}" if priority else "")
+
+
+# Where an envelope's second field starts: after the seq (contract.SEQ_DIGITS) and "|".
+_FIELD_AT = 13
+
+
+def has_priority(envelope: bytes) -> bool:
+    """Whether an envelope carries a priority above 0 (its second field has a "p")."""
+    return envelope.find(b"p", _FIELD_AT, envelope.find(b"|", _FIELD_AT)) >= 0
+
+
+def priority_of(envelope: bytes) -> int:
+    """The priority an envelope carries (attempts_field), 0 when none."""
+    end = envelope.find(b"|", _FIELD_AT)
+    at = envelope.find(b"p", _FIELD_AT, end)
+    return 0 if at < 0 else int(envelope[at + 1 : end])
 
 
 def is_lean(envelope: bytes) -> bool:
@@ -116,10 +134,11 @@ def fire_of(envelope: bytes, attempt: int, fired_ms: int) -> Fire:
     return Fire(topic.decode(), rest[:n], int(key_hash), value, int(due))
 
 
-def due_and_topic(envelope: bytes) -> tuple[int, str]:
-    """An envelope's due time and topic, without building its record."""
-    _seq, _max_attempts, due, topic, _rest = envelope.split(b"|", 4)
-    return int(due), topic.decode()
+def due_topic_and_field(envelope: bytes) -> tuple[int, str, bytes]:
+    """An envelope's due time, topic and second field (attempts_field: b"p" in it says
+    the job has a priority), without building its record."""
+    _seq, field, due, topic, _rest = envelope.split(b"|", 4)
+    return int(due), topic.decode(), field
 
 
 def record_of(envelope: bytes) -> dict[str, object]:

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from cluster.errors import InvalidJob
+from cluster.model.contract import PRIORITY_MAX
 from cluster.model.envelope import make_tail
 from cluster.model.tick_ids import RECURRING_PREFIX
 from cluster.settings.config import Settings
@@ -48,6 +49,7 @@ class Job:
     biz_type: str | None = None
     max_attempts: int | None = None
     expires_after: float | None = None
+    priority: int | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class ValidJob:
     max_attempts: int
     payload_json: bytes
     expires_after_ms: int | None = None  # not published after due_ms + this
+    priority: int = 0  # among jobs due at the same ms, higher fires first
 
     @property
     def tail(self) -> bytes:
@@ -302,6 +305,15 @@ def check_expires_after(value: object, settings: Settings) -> int | None:
     return max(round(seconds * 1000), 1)
 
 
+def check_priority(value: object) -> int:
+    """A job's priority: an int 0..PRIORITY_MAX, 0 when not given (None)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= PRIORITY_MAX:
+        raise InvalidJob(f"priority must be an int in 0..{PRIORITY_MAX}, got {value!r}")
+    return int(value)
+
+
 def validate(
     *,
     topic: object,
@@ -315,6 +327,7 @@ def validate(
     settings: Settings,
     now: int | None = None,
     expires_after: object = None,
+    priority: object = None,
 ) -> ValidJob:
     """Check every argument of one job; raise InvalidJob naming the first bad one."""
     topic = check_allowed_topic(check_topic(topic), settings)
@@ -331,6 +344,7 @@ def validate(
         raise InvalidJob(f"max_attempts must be an int in 1..{MAX_ATTEMPTS_LIMIT}")
     due = due_ms_of(delay, at, settings, now)
     expires_after_ms = check_expires_after(expires_after, settings)
+    checked_priority = 0 if priority is None else check_priority(priority)
     try:
         payload_json = orjson.dumps(payload)
     except TypeError as exc:
@@ -364,6 +378,7 @@ def validate(
         max_attempts=max_attempts,
         payload_json=payload_json,
         expires_after_ms=expires_after_ms,
+        priority=checked_priority,
     )
 
 
@@ -393,6 +408,7 @@ def validate_job(job: Job | Mapping[str, Any], settings: Settings, now: int) -> 
             "biz_type": job.biz_type,
             "max_attempts": job.max_attempts,
             "expires_after": job.expires_after,
+            "priority": job.priority,
         }
     elif isinstance(job, Mapping):
         unknown = set(job) - JOB_KEYS
@@ -417,5 +433,6 @@ JOB_KEYS = frozenset(
         "biz_type",
         "max_attempts",
         "expires_after",
+        "priority",
     )
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from aiozk import ZKClient, exc
 
 from cluster.connections.redis_conn import RedisClient, open_redis
 from cluster.connections.zk_conn import no_auth_error, open_zk
+from cluster.errors import StoreUnavailable
 from cluster.model.contract import member_id
 from cluster.model.keys import KeySpace
 from cluster.settings.config import Settings
@@ -69,7 +71,13 @@ class StatusReader:
     @classmethod
     async def open(cls, settings: Settings) -> StatusReader:
         # Authenticated with zk_auth, like the nodes: a protected cluster refuses others.
-        zk = await open_zk(settings)
+        try:
+            zk = await open_zk(settings)
+        except TimeoutError as error:
+            raise StoreUnavailable(
+                f"ZooKeeper at {settings.zk_hosts} does not answer: is ZooKeeper running? "
+                'for the local stack: eval "$(delayq services env)"'
+            ) from error
         try:
             redis = await open_redis(settings)
         except BaseException:
@@ -241,7 +249,8 @@ async def slot_depths(
     envelopes = dict(zip(heads, await pipe.execute(), strict=True)) if heads else {}
     result = {}
     for slot, (epoch, delay, ready, inflight, dead, journal, head, _) in rows.items():
-        due_times = [int(head[0][1])] if head else []
+        # A priority lowers a score by under 1 ms: its due ms is the score rounded up.
+        due_times = [math.ceil(head[0][1])] if head else []
         if envelopes.get(slot):
             due_times.append(int(envelopes[slot].split(b"|", 3)[2]))
         overdue = max((now_ms - due for due in due_times if due <= now_ms), default=0)

@@ -23,18 +23,24 @@ class NewJob:
     max_attempts: int
     tail: bytes  # see cluster/model/envelope.py
     expires_after_ms: int | None = None
+    priority: int = 0  # higher fires first among jobs due at the same ms
 
     @classmethod
     def from_record(cls, record: JobRecord) -> NewJob:
         """What the add script needs, rebuilt from a job's MySQL row."""
         return cls(
-            record.job_id, record.due_ms, record.max_attempts, record.tail, record.expires_after_ms
+            record.job_id,
+            record.due_ms,
+            record.max_attempts,
+            record.tail,
+            record.expires_after_ms,
+            record.priority,
         )
 
     @property
     def attempts_field(self) -> int | str:
         """The envelope's max-attempts field (cluster/model/envelope.py: attempts_field)."""
-        return attempts_field(self.max_attempts, self.expires_after_ms)
+        return attempts_field(self.max_attempts, self.expires_after_ms, self.priority)
 
 
 @dataclass(slots=True)  # not frozen: built per job, and frozen init is slower
@@ -70,8 +76,8 @@ class CancelStep:
     tomb_ms: int  # the tombstone's score; NO_TIME when none was set
     replaced_ms: int  # the unexpired score it replaced; NO_TIME when none
     now_ms: int = NO_TIME  # Redis TIME of the step
-    # What a CHANGED step removed, for lua/uncancel.lua: the envelope, its delay score
-    # (NO_TIME: it was in the ready list) and its attempts.
+    # What a CHANGED step removed, for lua/uncancel.lua: the envelope, its due ms in the
+    # delay zset (NO_TIME: it was in the ready list) and its attempts.
     envelope: bytes = b""
     score: int = NO_TIME
     attempts: int = 0

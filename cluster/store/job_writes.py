@@ -62,14 +62,15 @@ def insert_statements(
                 f"({quote(job.job_id)},{topic},{quote(job.biz_id)},"
                 f"{quote(job.biz_type)}{pending}{times.of(job.due_ms)},"
                 f"{int(job.max_attempts)},{quote(job.payload_json.decode())},"
-                f"{int(slots[i])},{'NULL' if expires is None else int(expires)}{stamps})"
+                f"{int(slots[i])},{'NULL' if expires is None else int(expires)},"
+                f"{int(job.priority)}{stamps})"
             )
 
     for shard, indexes in by_shard.items():
         table, _ = shard_tables(shard)
         yield from sql.multi_row(
             f"INSERT INTO {table} (job_id, topic, biz_id, biz_type, status, action_time,"
-            f" max_attempts, payload, slot, expires_after_ms{stamp_columns}) VALUES ",
+            f" max_attempts, payload, slot, expires_after_ms, priority{stamp_columns}) VALUES ",
             rows(indexes),
             " ON DUPLICATE KEY UPDATE job_id = job_id",
         )

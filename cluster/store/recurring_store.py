@@ -39,6 +39,7 @@ class Definition:
     cadence: Cadence
     missed: Missed
     expires_after_ms: int | None = None  # every tick job's; None: ticks never expire
+    priority: int = 0  # every tick job's
 
     def tick_jobs(self, generation: int, ticks: Sequence[int]) -> list[ValidJob]:
         """The jobs these ticks of this definition's generation are."""
@@ -52,6 +53,7 @@ class Definition:
                 max_attempts=self.max_attempts,
                 payload_json=self.payload_json,
                 expires_after_ms=self.expires_after_ms,
+                priority=self.priority,
             )
             for tick in ticks
         ]
@@ -70,6 +72,7 @@ class RecurringSchedule:
     epoch: int  # the slot epoch of the node that last made ticks (for operators)
     created_ms: int
     modified_ms: int
+    paused_ms: int | None = None  # when it was paused (migration 011); None: not paused
 
     @property
     def name(self) -> str:
@@ -77,7 +80,7 @@ class RecurringSchedule:
 
     def next_fire_ms(self, now_ms: int) -> int | None:
         """The schedule's next tick at or after now_ms; None once it has no more."""
-        if self.removed or self.next_tick_ms is None:
+        if self.removed or self.paused_ms is not None or self.next_tick_ms is None:
             return None
         return self.definition.cadence.first_at_or_after(now_ms)
 
@@ -85,7 +88,7 @@ class RecurringSchedule:
 _COLUMNS = (
     "name, slot, generation, removed, topic, biz_id, biz_type, max_attempts, payload, cron,"
     " every_ms, tz, start_at, end_at, missed, next_tick, last_tick, epoch, gmt_create,"
-    " gmt_modified, expires_after_ms"
+    " gmt_modified, expires_after_ms, priority, paused_at"
 )
 
 
@@ -120,6 +123,8 @@ def schedule_of_row(row: Sequence[Any]) -> RecurringSchedule:
         created,
         modified,
         expires_after_ms,
+        priority,
+        paused_at,
     ) = row
     cadence = Cadence(
         cron=cron,
@@ -138,6 +143,7 @@ def schedule_of_row(row: Sequence[Any]) -> RecurringSchedule:
         cadence=cadence,
         missed=Missed(missed),
         expires_after_ms=None if expires_after_ms is None else int(expires_after_ms),
+        priority=int(priority),
     )
     return RecurringSchedule(
         definition=definition,
@@ -149,6 +155,7 @@ def schedule_of_row(row: Sequence[Any]) -> RecurringSchedule:
         epoch=int(epoch),
         created_ms=datetime_to_ms(created),
         modified_ms=datetime_to_ms(modified),
+        paused_ms=_ms_or_none(paused_at),
     )
 
 
@@ -167,6 +174,7 @@ def _definition_values(definition: Definition) -> tuple[Any, ...]:
         _time_or_none(cadence.end_ms),
         str(definition.missed),
         definition.expires_after_ms,
+        definition.priority,
     )
 
 
@@ -235,6 +243,7 @@ class RecurringStore:
                 await cur.execute(
                     f"SELECT {_COLUMNS} FROM {self.mysql.recurring_table(shard)}"
                     f" WHERE next_tick < %s AND slot IN ({listed}) AND removed = 0"
+                    " AND paused_at IS NULL"
                     " ORDER BY next_tick LIMIT %s",
                     (ms_to_datetime(before_ms), limit),
                 )
@@ -281,8 +290,8 @@ class RecurringStore:
         await cur.execute(
             f"INSERT INTO {self.table_of(definition.name)} (name, slot, generation, removed,"
             " topic, biz_id, biz_type, max_attempts, payload, cron, every_ms, tz, start_at,"
-            " end_at, missed, expires_after_ms, next_tick, last_tick) VALUES"
-            " (%s, %s, 1, 0, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            " end_at, missed, expires_after_ms, priority, next_tick, last_tick) VALUES"
+            " (%s, %s, 1, 0, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (
                 definition.name,
                 self.slot_of(definition.name),
@@ -299,19 +308,23 @@ class RecurringStore:
         generation: int,
         next_tick_ms: int | None,
         last_tick_ms: int | None,
+        paused_ms: int | None = None,
     ) -> None:
         """Give a locked schedule a new definition and generation, whose ticks before
-        next_tick_ms are made (the last at last_tick_ms)."""
+        next_tick_ms are made (the last at last_tick_ms), paused since paused_ms (None:
+        not paused)."""
         await cur.execute(
             f"UPDATE {self.table_of(definition.name)} SET generation = %s, removed = 0,"
             " topic = %s, biz_id = %s, biz_type = %s, max_attempts = %s, payload = %s,"
             " cron = %s, every_ms = %s, tz = %s, start_at = %s, end_at = %s, missed = %s,"
-            " expires_after_ms = %s, next_tick = %s, last_tick = %s WHERE name = %s",
+            " expires_after_ms = %s, priority = %s, next_tick = %s, last_tick = %s,"
+            " paused_at = %s WHERE name = %s",
             (
                 generation,
                 *_definition_values(definition),
                 _time_or_none(next_tick_ms),
                 _time_or_none(last_tick_ms),
+                _time_or_none(paused_ms),
                 definition.name,
             ),
         )
@@ -319,8 +332,17 @@ class RecurringStore:
     async def mark_removed(self, cur: Any, name: str) -> None:
         """A locked schedule makes no more ticks (its row and generation stay)."""
         await cur.execute(
-            f"UPDATE {self.table_of(name)} SET removed = 1, next_tick = NULL WHERE name = %s",
+            f"UPDATE {self.table_of(name)} SET removed = 1, next_tick = NULL, paused_at = NULL"
+            " WHERE name = %s",
             name,
+        )
+
+    async def mark_paused(self, cur: Any, name: str, paused_ms: int, resume_ms: int | None) -> None:
+        """A locked schedule makes no ticks until resumed; resume_ms: the first tick it
+        may make then (None: it has no more)."""
+        await cur.execute(
+            f"UPDATE {self.table_of(name)} SET paused_at = %s, next_tick = %s WHERE name = %s",
+            (ms_to_datetime(paused_ms), _time_or_none(resume_ms), name),
         )
 
     async def make_ticks(
@@ -340,7 +362,8 @@ class RecurringStore:
         changed = await cur.execute(
             f"UPDATE {self.table_of(schedule.name)} SET next_tick = %s,"
             " last_tick = COALESCE(%s, last_tick), epoch = %s"
-            " WHERE name = %s AND generation = %s AND removed = 0 AND next_tick = %s",
+            " WHERE name = %s AND generation = %s AND removed = 0 AND next_tick = %s"
+            " AND paused_at IS NULL",
             (
                 _time_or_none(cursor_ms),
                 _time_or_none(ticks[-1] if ticks else None),

@@ -32,6 +32,7 @@ class JobRecord:
     created_ms: int
     modified_ms: int
     expires_after_ms: int | None = None  # never published after due_ms + this
+    priority: int = 0  # among jobs due at the same ms, higher fires first
 
     @property
     def due(self) -> dt.datetime:
@@ -77,7 +78,7 @@ class Outcome:
 
 JOB_COLUMNS = (
     "job_id, topic, biz_id, biz_type, status, action_time, attempts, max_attempts, payload,"
-    " slot, last_error, gmt_create, gmt_modified, expires_after_ms"
+    " slot, last_error, gmt_create, gmt_modified, expires_after_ms, priority"
 )
 
 
@@ -98,6 +99,7 @@ def record_of_row(row: Sequence[Any]) -> JobRecord:
         created,
         modified,
         expires_after_ms,
+        priority,
     ) = row
     return JobRecord(
         job_id=job_id,
@@ -114,4 +116,5 @@ def record_of_row(row: Sequence[Any]) -> JobRecord:
         created_ms=sql.datetime_to_ms(created),
         modified_ms=sql.datetime_to_ms(modified),
         expires_after_ms=None if expires_after_ms is None else int(expires_after_ms),
+        priority=int(priority),
     )

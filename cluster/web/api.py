@@ -21,6 +21,7 @@ import redis.exceptions
 from aiohttp import web
 
 from cluster.client.delay_client import DelayClient
+from cluster.client.job_history import history_of
 from cluster.client.job_json import dead_json, history_json, parse_time, record_json
 from cluster.client.recurring import RecurringSchedule, check_name, describe
 from cluster.errors import InvalidJob, OutcomeUnknown, RedisStepFailed, StoreUnavailable
@@ -29,7 +30,10 @@ from cluster.model.jobs import ValidJob, check_job_id, check_topic
 from cluster.web.auth import Permission
 from cluster.web.batcher import ScheduleBatcher
 from cluster.web.bodies import BodyReader, json_object, schedule_request
+from cluster.web.counts_api import CountsApi
 from cluster.web.problems import Problem
+from cluster.web.recurring_api import RecurringApi
+from cluster.web.search_api import SearchApi
 from cluster.web.stats import StatsSampler
 
 log = logging.getLogger(__name__)
@@ -55,6 +59,9 @@ class Route:
 
 ROUTES = (
     Route("POST", "/v1/jobs", "schedule", Permission.WRITE_JOBS),
+    Route("GET", "/v1/jobs", "search_jobs", Permission.READ_JOBS),
+    Route("POST", "/v1/jobs/cancel", "cancel_matching", Permission.WRITE_JOBS),
+    Route("GET", "/v1/jobs/counts", "pending_counts", Permission.READ_JOBS),
     Route("GET", "/v1/jobs/{job_id}", "get_job", Permission.READ_JOBS),
     Route("DELETE", "/v1/jobs/{job_id}", "cancel", Permission.WRITE_JOBS),
     Route("POST", "/v1/jobs/{job_id}/reschedule", "reschedule", Permission.WRITE_JOBS),
@@ -67,6 +74,10 @@ ROUTES = (
     Route("GET", "/v1/recurring/{name}", "get_recurring", Permission.READ_JOBS),
     Route("PUT", "/v1/recurring/{name}", "put_recurring", Permission.WRITE_JOBS),
     Route("DELETE", "/v1/recurring/{name}", "remove_recurring", Permission.WRITE_JOBS),
+    Route("POST", "/v1/recurring/{name}/pause", "pause_recurring", Permission.WRITE_JOBS),
+    Route("POST", "/v1/recurring/{name}/resume", "resume_recurring", Permission.WRITE_JOBS),
+    Route("POST", "/v1/recurring/{name}/run", "run_recurring", Permission.WRITE_JOBS),
+    Route("GET", "/v1/recurring/{name}/ticks", "recurring_ticks", Permission.READ_JOBS),
     Route("GET", "/v1/cluster", "cluster", Permission.READ_CLUSTER),
     Route("GET", "/v1/cluster/stats", "cluster_stats", Permission.READ_CLUSTER),
 )
@@ -100,7 +111,7 @@ def json_response(body: object, status: int = 200, **headers: str) -> web.Respon
     )
 
 
-class Api:
+class Api(CountsApi, RecurringApi, SearchApi):
     """The handlers of ROUTES, over one DelayClient (one MySQL pool, one Redis client)."""
 
     def __init__(self, client: DelayClient, stats: StatsSampler) -> None:
@@ -156,7 +167,7 @@ class Api:
             raise Problem("not-found", f"no job {job_id!r}")
         answer = record_json(record)
         if with_history:
-            answer["history"] = history_json(await self.client.mysql.history(job_id))
+            answer["history"] = history_json(await history_of(self.client.mysql, record))
         return json_response(answer)
 
     async def cancel(self, request: web.Request) -> web.Response:
@@ -309,6 +320,7 @@ RECURRING_FIELDS = frozenset(
         "max_attempts",
         "missed",
         "expires_after",
+        "priority",
     }
 )
 

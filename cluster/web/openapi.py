@@ -16,8 +16,16 @@ from cluster.settings.config import Settings
 from cluster.web.api import DEAD_LIST_MAX, ROUTES, Route
 from cluster.web.auth import GRANTS, Permission
 from cluster.web.bodies import MAX_CONTAINERS
+from cluster.web.counts_api import COUNT_SCHEMAS, COUNTS_TOPICS_MAX
 from cluster.web.openapi_fields import JOB_ID, TOPIC, ref
 from cluster.web.openapi_schemas import SCHEMAS
+from cluster.web.openapi_search import (
+    PROBLEM_MEMBERS,
+    SEARCH_ERRORS,
+    SEARCH_OPERATIONS,
+    SEARCH_SCHEMAS,
+)
+from cluster.web.recurring_api import RECURRING_ERRORS, RECURRING_OPERATIONS, RECURRING_SCHEMAS
 
 VERSION = "1.0.0"
 
@@ -44,7 +52,8 @@ _DESCRIPTIONS = {
     "(its Origin header)",
     404: "No such job (or recurring schedule)",
     409: "The job's state does not allow this; job_status says which it is in (fired, "
-    "cancelled, dead, expired, or in_flight: being published right now)",
+    "cancelled, dead, expired, or in_flight: being published right now); for a cancel by "
+    "filter, expected was not the number of matching jobs (matched), and nothing changed",
     413: "The body is larger than web_body_max_bytes, or holds more than "
     f"{MAX_CONTAINERS:,} JSON objects and arrays",
     415: "The body is not sent as Content-Type: application/json; nothing was changed",
@@ -121,6 +130,19 @@ _OPERATIONS: dict[str, tuple[str, str | None, dict[int, str], list[dict[str, Any
         [],
     ),
     "cluster": ("Members, the slot map and each slot's depths", None, {200: "Cluster"}, []),
+    "pending_counts": (
+        "Pending jobs per topic and in total: due within the Redis horizon, and beyond it",
+        None,
+        {200: "PendingCounts"},
+        [
+            {
+                "name": "limit",
+                "in": "query",
+                "schema": {"type": "integer", "minimum": 1, "maximum": COUNTS_TOPICS_MAX},
+                "description": "topics listed, most pending first; default 100",
+            }
+        ],
+    ),
     "cluster_stats": (
         "Fire rate and lateness over time, for the console",
         None,
@@ -145,6 +167,7 @@ _ERRORS = {
     "put_recurring": (400, 413, 415, 422, 503),
     "remove_recurring": (404, 415, 422, 503),
     "cluster": (503,),
+    "pending_counts": (422, 503),
     "cluster_stats": (),
 }
 
@@ -156,13 +179,15 @@ def _content(names: str) -> dict[str, Any]:
 
 
 def _operation(route: Route) -> dict[str, Any]:
-    summary, request, answers, parameters = _OPERATIONS[route.name]
+    operations = {**_OPERATIONS, **RECURRING_OPERATIONS, **SEARCH_OPERATIONS}
+    summary, request, answers, parameters = operations[route.name]
     roles = sorted(role.value for role, granted in GRANTS.items() if route.permission in granted)
     responses: dict[str, Any] = {
         str(status): {"description": "OK", "content": _content(names)}
         for status, names in answers.items()
     }
-    for status in (*_ERRORS[route.name], 401, 403, 421, 500):
+    errors = {**_ERRORS, **RECURRING_ERRORS, **SEARCH_ERRORS}[route.name]
+    for status in (*errors, 401, 403, 421, 500):
         responses[str(status)] = {
             "description": _DESCRIPTIONS[status],
             "content": {"application/problem+json": {"schema": ref("Problem")}},
@@ -173,7 +198,10 @@ def _operation(route: Route) -> dict[str, Any]:
             *parameters,
         ]
     if "{name}" in route.path:
-        parameters = [{"name": "name", "in": "path", "required": True, "schema": _NAME}]
+        parameters = [
+            {"name": "name", "in": "path", "required": True, "schema": _NAME},
+            *parameters,
+        ]
     operation: dict[str, Any] = {
         "operationId": route.name,
         "summary": summary,
@@ -190,7 +218,8 @@ def _operation(route: Route) -> dict[str, Any]:
 
 def openapi_document(settings: Settings) -> dict[str, Any]:
     """The document, with this server's limits (max_delay_s) in it."""
-    schemas = copy.deepcopy(SCHEMAS)
+    schemas = copy.deepcopy({**SCHEMAS, **COUNT_SCHEMAS, **RECURRING_SCHEMAS, **SEARCH_SCHEMAS})
+    schemas["Problem"]["properties"].update(PROBLEM_MEMBERS)
     for name in ("JobRequest", "Reschedule"):
         schemas[name]["properties"]["delay"]["maximum"] = settings.max_delay_s
     for name in ("JobRequest", "RecurringRequest"):

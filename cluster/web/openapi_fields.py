@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cluster.model.contract import PRIORITY_MAX
 from cluster.model.jobs import (
     BIZ_ID_MAX_CHARS,
     BIZ_TYPE_MAX_CHARS,
@@ -71,6 +72,12 @@ DELAY_OR_AT = exactly_one(("delay", {"type": "number"}), ("at", {"not": {"type":
 BIZ_ID = nullable("string", minLength=1, maxLength=BIZ_ID_MAX_CHARS, **TEXT)
 BIZ_TYPE = nullable("string", minLength=1, maxLength=BIZ_TYPE_MAX_CHARS, **TEXT)
 MAX_ATTEMPTS = nullable("integer", minimum=1, maximum=MAX_ATTEMPTS_LIMIT)
+PRIORITY = nullable(
+    "integer",
+    minimum=0,
+    maximum=PRIORITY_MAX,
+    description="among jobs due at the same millisecond, higher fires first; default 0",
+)
 EXPIRES_AFTER = nullable(
     "number",
     exclusiveMinimum=0,

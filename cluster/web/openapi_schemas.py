@@ -20,6 +20,7 @@ from cluster.web.openapi_fields import (
     EXPIRES_AFTER,
     JOB_ID,
     MAX_ATTEMPTS,
+    PRIORITY,
     REFUSAL,
     STATUS,
     TOPIC,
@@ -53,6 +54,7 @@ SCHEMAS: dict[str, Any] = {
             "biz_type": BIZ_TYPE,
             "max_attempts": MAX_ATTEMPTS,
             "expires_after": EXPIRES_AFTER,
+            "priority": PRIORITY,
         },
         "oneOf": DELAY_OR_AT,
     },
@@ -91,7 +93,8 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "status": STATUS,
             "attempt": {"type": "integer"},
-            "node": {"type": "string"},
+            # null on the "created" entry: made from the row, no node wrote it.
+            "node": nullable("string"),
             "slot": {"type": "integer"},
             "at": {"type": "string", "format": "date-time"},
             "note": nullable("string"),
@@ -136,6 +139,7 @@ SCHEMAS: dict[str, Any] = {
             "expires_after": nullable(
                 "number", description="seconds after the due time; null: never expires"
             ),
+            "priority": {"type": "integer"},
             "history": {"type": "array", "items": ref("HistoryEntry")},
         },
     },
@@ -265,6 +269,7 @@ SCHEMAS: dict[str, Any] = {
                 "skip them",
             ),
             "expires_after": EXPIRES_AFTER,
+            "priority": PRIORITY,
         },
         "oneOf": exactly_one(("cron", {"type": "string"}), ("every", {"type": "number"})),
     },
@@ -305,8 +310,11 @@ SCHEMAS: dict[str, Any] = {
             "biz_type": nullable("string"),
             "max_attempts": {"type": "integer"},
             "expires_after_s": nullable("number"),
+            "priority": {"type": "integer"},
             "generation": {"type": "integer", "description": "definitions the name has had"},
             "removed": {"type": "boolean"},
+            "paused": {"type": "boolean", "description": "no ticks until resumed"},
+            "paused_ms": nullable("integer", description="when it was paused"),
             "next_ms": nullable("integer", description="the next tick; null: no more"),
             "made_until_ms": nullable("integer", description="ticks before this are jobs already"),
             "last_made_ms": nullable("integer", description="the last tick made a job"),

@@ -26,6 +26,7 @@ KINDS: dict[str, tuple[int, str]] = {
     "no-route": (404, "No such route"),
     "method-not-allowed": (405, "Method not allowed"),
     "conflict": (409, "The job is not in a state that allows this"),
+    "unconfirmed": (409, "The count to confirm is not the number that match; nothing was changed"),
     "too-large": (413, "The request body is too large"),
     "unsupported-media-type": (415, "The body must be application/json"),
     "misdirected-request": (421, "The Host header names no address this server answers to"),

@@ -2,7 +2,8 @@
 --
 -- Stored envelope (the value in the slot's jobs hash):
 --   "<seq>|<max_attempts>|<due_ms>|<tail>", or for a job that expires
---   "<seq>|<max_attempts>:<expires_after_ms>|<due_ms>|<tail>"
+--   "<seq>|<max_attempts>:<expires_after_ms>|<due_ms>|<tail>", and for a job with a
+--   priority above 0 the second field ends with "p<priority>" ("5p10", "5:60000p10").
 -- seq is SEQ_DIGITS hex digits (seq_hex) and also prefixes the job's member in the
 -- delay zset (member_of), so the member can be rebuilt from the envelope. A job with
 -- expires_after is never published after due_ms + expires_after_ms (claim.lua,
@@ -11,7 +12,12 @@
 -- "<topic>|<key murmur2>|<kafka key byte length>|<kafka key><record json>" (cluster/envelope.py),
 -- or empty in a lean envelope: a job due beyond the payload lead (add.lua) until the
 -- owner's filler loads its tail from MySQL (fill.lua). Every script that rewrites an
--- envelope keeps its tail, max attempts and expiry as they are (rewrite_envelope).
+-- envelope keeps its tail, max attempts, expiry and priority as they are
+-- (rewrite_envelope), and every delay score is score_of(envelope or field, due): the due
+-- ms less priority / PRIORITY_SCALE, so among jobs due at the same ms the higher
+-- priority comes first in the zset, and since that is less than 1 ms and Redis TIME is
+-- a whole ms, a job is never due before its due ms. A score read back as a due time is
+-- rounded up (due_of).
 --
 -- Journal entry (the slot's done list, drained into MySQL by the recorder):
 --   "<status>|<attempt>|<ms>|<job id byte length>|<job id><note>"
@@ -33,15 +39,35 @@ end
 -- and expires_after_ms (a number; nil when the job does not expire).
 local function parse_envelope(v)
   local _, header_end, seq, max_attempts, expiry, due =
-    string.find(v, '^(%x+)|(%d+):?(%d*)|(%-?%d+)|')
+    string.find(v, '^(%x+)|(%d+):?(%d*)p?%d*|(%-?%d+)|')
   return seq, max_attempts, due, header_end + 1, tonumber(expiry)
 end
 
 -- The envelope with a new seq (and due_ms, when given); max attempts, expiry and tail kept.
 local function rewrite_envelope(v, seq, due)
-  local _, header_end, attempts_field, old_due = string.find(v, '^%x+|([%d:]+)|(%-?%d+)|')
+  local _, header_end, attempts_field, old_due = string.find(v, '^%x+|([%d:p]+)|(%-?%d+)|')
   return seq .. '|' .. attempts_field .. '|' .. (due or old_due) .. '|' ..
     string.sub(v, header_end + 1)
+end
+
+-- The delay score of a job due at due ms, with the priority its envelope carries.
+-- Cheap for a job without one: an anchored match that fails within the header.
+local function score_of(v, due)
+  local priority = string.match(v, '^%x+|[%d:]+p(%d+)|')
+  if priority then return tonumber(due) - tonumber(priority) / PRIORITY_SCALE end
+  return tonumber(due)
+end
+
+-- score_of for the envelope's second field alone, as add.lua and restore.lua get it.
+local function field_score(field, due)
+  local at = string.find(field, 'p', 1, true)
+  if at then return tonumber(due) - tonumber(string.sub(field, at + 1)) / PRIORITY_SCALE end
+  return tonumber(due)
+end
+
+-- The due ms of a delay score (a priority makes it up to 1 ms lower).
+local function due_of(score)
+  return math.ceil(score)
 end
 
 -- The last ms at which a job may be published (due_ms + expires_after_ms), or nil when
@@ -90,7 +116,7 @@ end
 -- Tell the slot's owner (Redis pub/sub) that its earliest due time moved earlier.
 local function wake_if_earlier(channel, slot, old_head, new_min)
   if new_min and (old_head == nil or new_min < old_head) then
-    redis.call('PUBLISH', channel, slot .. ':' .. string.format('%d', new_min))
+    redis.call('PUBLISH', channel, slot .. ':' .. string.format('%d', due_of(new_min)))
     return 1
   end
   return 0
@@ -123,7 +149,7 @@ local function retry_or_bury(K, id, now, base_ms, cap_ms, note)
   end
   local new_seq = seq_hex(reserve_seq(K.seq, 1))
   redis.call('HSET', K.jobs, id, rewrite_envelope(v, new_seq))
-  redis.call('ZADD', K.delay, score, member_of(new_seq, id))
+  redis.call('ZADD', K.delay, score_of(v, score), member_of(new_seq, id))
   journal(K.done, STATUS_FIRING, attempt, now, id, note)
   return STATUS_FIRING, score
 end

@@ -48,3 +48,8 @@ local function member_of(seq, id) return seq .. id end
 local function member_seq(member) return string.sub(member, 1, SEQ_DIGITS) end
 local function member_id(member) return string.sub(member, SEQ_DIGITS + 1) end
 local function seq_hex(n) return string.format('%012x', n) end
+
+-- A job's priority (0..PRIORITY_MAX) lowers its delay score by
+-- priority / PRIORITY_SCALE (includes/common.lua: score_of).
+local PRIORITY_MAX = 1000
+local PRIORITY_SCALE = 1024

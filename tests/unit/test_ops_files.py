@@ -2,8 +2,9 @@
 the promtool checks are tests/test_promtool.py).
 
 - The Grafana dashboard is valid JSON, and every panel has a unique id and a query.
-- The dashboard and the rules use only metric names a node serves
-  (actors.metrics.METRIC_NAMES) and only lateness buckets a node writes.
+- The dashboard and the rules use only metric names a node or an ingress serves
+  (actors.metrics.METRIC_NAMES, cluster.ingress.metrics.METRIC_NAMES) and only lateness
+  buckets a node writes; the dashboard shows every one of them.
 - Every alert has a severity, a summary, a description and a runbook_url whose anchor is
   a heading of docs/operations.md.
 - docker-compose.yml gives the node a metrics port and a health check on it.
@@ -21,7 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from actors.histogram import LATENESS_BUCKETS_S, Histograms
-from actors.metrics import METRIC_NAMES
+from actors.metrics import METRIC_NAMES as NODE_METRIC_NAMES
+from cluster.ingress.metrics import METRIC_NAMES as INGRESS_METRIC_NAMES
+
+# What the dashboard and the rules may use: a node's series and an ingress's.
+METRIC_NAMES = NODE_METRIC_NAMES | INGRESS_METRIC_NAMES
 
 yaml: Any
 try:  # not a dependency of delayq: without it the tests read the text

@@ -1,20 +1,24 @@
 // The console's entry point: the views behind the address's fragment (#cluster,
 // #jobs, #jobs/<percent-encoded id>, #recurring, #recurring/<percent-encoded name>,
-// #dead-letters), the token, and what to refresh
+// #dead-letters, #expired), the token, and what to refresh
 // when the token changes.
 
 import * as cluster from "./cluster.js";
+import * as counts from "./counts.js";
 import * as dead from "./dead.js";
 import { onTokenChange, setUpTokenDialog } from "./dialogs.js";
 import { byId } from "./dom.js";
+import * as expired from "./expired.js";
 import * as jobs from "./jobs.js";
 import * as recurring from "./recurring.js";
+import * as search from "./search.js";
 
 const VIEWS = {
   cluster: { section: "view-cluster", nav: "nav-cluster", module: cluster },
   jobs: { section: "view-jobs", nav: "nav-jobs", module: jobs },
   recurring: { section: "view-recurring", nav: "nav-recurring", module: recurring },
   "dead-letters": { section: "view-dead", nav: "nav-dead", module: dead },
+  expired: { section: "view-expired", nav: "nav-expired", module: expired },
 };
 
 let current = null;
@@ -41,14 +45,21 @@ function route() {
     if (active) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
-  if (name !== "cluster") cluster.stop();
+  if (name !== "cluster") {
+    cluster.stop();
+    counts.stop();
+  }
   byId("updated").hidden = name !== "cluster"; // the cluster's figures' time
   const changed = current !== name;
   current = name;
-  if (name === "cluster") cluster.start();
+  if (name === "cluster") {
+    cluster.start();
+    counts.start();
+  }
   else if (name === "jobs") jobs.show(param);
   else if (name === "recurring") recurring.show(param);
   else if (name === "dead-letters" && changed) dead.show();
+  else if (name === "expired" && changed) expired.show();
   const titles = { "dead-letters": "dead letters", recurring: "schedules" };
   document.title = `delayq · ${titles[name] ?? name}`;
 }
@@ -58,7 +69,12 @@ function main() {
   jobs.setUp();
   dead.setUp();
   recurring.setUp();
-  onTokenChange(() => VIEWS[current]?.module.refresh());
+  search.setUp();
+  expired.setUp();
+  onTokenChange(() => {
+    VIEWS[current]?.module.refresh();
+    if (current === "jobs") search.refresh();
+  });
   window.addEventListener("hashchange", route);
   route();
   document.body.dataset.ready = "true"; // for tests: the modules loaded and ran

@@ -2,13 +2,19 @@
 // for a dead job, replay (POST /v1/dead-letters/replay; also one already purged from
 // the dead-letter set, which the server replays from MySQL), each after a confirmation. The id travels percent-encoded (encodeURIComponent), in the
 // API path and in the page's address (#jobs/<id>), so any id can be linked to.
+// When no job has the id, the same words are searched as a biz_id (search.js): every
+// job of that business key is listed below.
 
+import { fireNow, rescheduleJob } from "./actions.js";
 import { call, jobPath } from "./api.js";
 import { confirmChange, explainFailure } from "./dialogs.js";
 import { byId, count, field, fillRows, h, pretty, relative, say, utc } from "./dom.js";
+import { byBizId } from "./search.js";
 
 // Statuses a cancel can still stop (the API answers 409 to the others).
 const CANCELLABLE = new Set(["pending", "firing"]);
+// Statuses a reschedule (and fire now) can still change.
+const RESCHEDULABLE = new Set(["pending", "firing"]);
 
 let shown = null; // the record on screen
 let asked = 0; // the latest lookup: an older answer arriving later is dropped
@@ -25,6 +31,8 @@ export function setUp() {
   byId("job-refresh").addEventListener("click", () => shown && lookup(shown.job_id));
   byId("job-cancel").addEventListener("click", () => shown && cancel(shown));
   byId("job-replay").addEventListener("click", () => shown && replay(shown));
+  byId("job-reschedule").addEventListener("click", () => shown && change(shown, rescheduleJob));
+  byId("job-fire").addEventListener("click", () => shown && change(shown, fireNow));
 }
 
 /** The view is shown, with a job id from the address or none. */
@@ -50,9 +58,12 @@ export async function lookup(jobId) {
     record = await call("GET", jobPath(jobId, "?history=true"));
   } catch (error) {
     if (mine !== asked) return;
-    if (error.status === 404) {
+    if (error.status === 404 && error.kind === "not-found") {
       shown = null;
       byId("job-result").hidden = true;
+      say(message, `No job has the id '${jobId}': listed below are the jobs whose biz_id is '${jobId}'.`, "warn");
+      byBizId(jobId, `Searched the id '${jobId}' (no such job), then biz_id:`);
+      return;
     }
     if (await explainFailure(error, message, "Looking up the job")) lookup(jobId);
     return;
@@ -108,6 +119,20 @@ function render(job) {
   cancel.disabled = !CANCELLABLE.has(job.status);
   cancel.title = cancel.disabled ? `a ${job.status} job cannot be cancelled` : "";
   byId("job-replay").hidden = job.status !== "dead";
+  for (const id of ["job-reschedule", "job-fire"]) {
+    const button = byId(id);
+    button.disabled = !RESCHEDULABLE.has(job.status);
+    button.title = button.disabled ? `a ${job.status} job cannot be rescheduled` : "";
+  }
+}
+
+/** Reschedule or fire now (actions.js), then show the job as it is after it. */
+async function change(job, action) {
+  const message = byId("job-message");
+  const done = await action(job, message);
+  if (!done) return;
+  await lookup(job.job_id);
+  say(message, done, "ok");
 }
 
 async function cancel(job) {

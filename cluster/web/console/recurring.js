@@ -1,7 +1,9 @@
 // Recurring schedules: GET /v1/recurring[?removed=true] (the list), and remove
 // (DELETE /v1/recurring/{name}) after a confirmation. A schedule's name in the address
 // (#recurring/<percent-encoded name>) opens it beside the list, with its payload and a
-// link to the last tick made into a job.
+// link to the last tick made into a job; there it can be paused or resumed
+// (POST /v1/recurring/{name}/pause|resume), run once now (…/run), each after a
+// confirmation, and its ticks are listed newest first (GET …/ticks, "More" pages on).
 
 import { call, recurringPath } from "./api.js";
 import { confirmChange, explainFailure } from "./dialogs.js";
@@ -10,6 +12,9 @@ import { byId, count, field, fillRows, h, markCurrent, pretty, relative, say, se
 let listed = []; // the schedules on screen
 let openName = null; // the schedule shown beside the list
 let asked = 0; // the latest list asked for: an older answer arriving later is dropped
+let ticksCursor = null; // where the next page of the open schedule's ticks starts
+let ticksAsked = 0; // the latest ticks page asked for
+const TICKS_PAGE = 20;
 
 export function setUp() {
   byId("recurring-form").addEventListener("submit", (event) => {
@@ -23,6 +28,17 @@ export function setUp() {
   byId("recurring-remove").addEventListener("click", () => {
     const schedule = listed.find((s) => s.name === openName);
     if (schedule) remove(schedule);
+  });
+  byId("recurring-pause").addEventListener("click", () => {
+    const schedule = listed.find((s) => s.name === openName);
+    if (schedule) pauseOrResume(schedule);
+  });
+  byId("recurring-run").addEventListener("click", () => {
+    const schedule = listed.find((s) => s.name === openName);
+    if (schedule) runNow(schedule);
+  });
+  byId("recurring-ticks-more").addEventListener("click", () => {
+    if (openName !== null) loadTicks(openName, ticksCursor);
   });
 }
 
@@ -89,7 +105,13 @@ function render() {
       h(
         "td",
         { class: "mono nowrap", title: s.next_ms === null ? "" : relative(s.next_ms) },
-        s.removed ? h("span", { class: "badge muted" }, "removed") : s.next_ms === null ? "no more" : utcSeconds(s.next_ms),
+        s.removed
+          ? h("span", { class: "badge muted" }, "removed")
+          : s.paused
+            ? h("span", { class: "badge paused", "data-testid": "recurring-paused" }, "paused")
+            : s.next_ms === null
+              ? "no more"
+              : utcSeconds(s.next_ms),
       ),
       h("td", {}, s.missed),
       h("td", {}, s.expires_after_s === null ? "–" : seconds(s.expires_after_s)),
@@ -124,8 +146,15 @@ function showOne(s) {
     ...field("generation", String(s.generation)),
     ...field("made until", s.made_until_ms === null ? "–" : `${utc(s.made_until_ms)} UTC`),
     ...field("last tick made", lastTick),
-    ...field("status", s.removed ? "removed" : "active", { "data-testid": "recurring-status" }),
+    ...field("status", s.removed ? "removed" : s.paused ? `paused since ${utc(s.paused_ms)} UTC` : "active", {
+      "data-testid": "recurring-status",
+    }),
   );
+  const pause = byId("recurring-pause");
+  pause.textContent = s.paused ? "Resume…" : "Pause…";
+  pause.hidden = s.removed;
+  byId("recurring-run").hidden = s.removed;
+  loadTicks(s.name, null);
   byId("recurring-payload").textContent = pretty(s.payload);
   byId("recurring-remove").hidden = s.removed;
   byId("recurring-detail").hidden = false;
@@ -166,4 +195,89 @@ async function remove(schedule) {
   openName = null;
   await load();
   say(message, `Removed ${schedule.name}: it makes no more ticks.`, "ok");
+}
+
+async function pauseOrResume(schedule) {
+  const resume = schedule.paused;
+  const yes = await confirmChange({
+    title: `${resume ? "Resume" : "Pause"} the schedule ${schedule.name}?`,
+    text: resume
+      ? "It ticks again from its next tick after now. The ticks it would have made while " +
+        "paused never fire."
+      : "It makes no ticks until resumed. Its ticks that are jobs already and due from now " +
+        "on are cancelled (one being published at this very moment fires).",
+    action: resume ? "Resume the schedule" : "Pause the schedule",
+    ids: [schedule.name],
+    danger: !resume,
+  });
+  if (!yes) return;
+  const message = byId("recurring-message");
+  const action = resume ? "resume" : "pause";
+  try {
+    await call("POST", `${recurringPath(schedule.name)}/${action}`, {});
+  } catch (error) {
+    if (await explainFailure(error, message, `${resume ? "Resuming" : "Pausing"} the schedule`)) {
+      pauseOrResume(schedule);
+    }
+    return;
+  }
+  await load();
+  say(message, resume ? `Resumed ${schedule.name}.` : `Paused ${schedule.name}: no ticks until resumed.`, "ok");
+}
+
+async function runNow(schedule) {
+  const yes = await confirmChange({
+    title: `Run the schedule ${schedule.name} now?`,
+    text:
+      `One extra job, due now, fires to ${schedule.topic} with the schedule's payload. ` +
+      "Its regular ticks do not change.",
+    action: "Run now",
+    ids: [schedule.name],
+    danger: false,
+  });
+  if (!yes) return;
+  const message = byId("recurring-message");
+  let answer;
+  try {
+    answer = await call("POST", `${recurringPath(schedule.name)}/run`, {});
+  } catch (error) {
+    if (await explainFailure(error, message, "Running the schedule now")) runNow(schedule);
+    return;
+  }
+  say(message, `Ran ${schedule.name} now: job ${answer.job_id}.`, "ok");
+  if (openName === schedule.name) loadTicks(schedule.name, null);
+}
+
+/** The open schedule's ticks, newest first: the first page, or the one after `cursor`. */
+async function loadTicks(name, cursor) {
+  const mine = ++ticksAsked;
+  const query = `?limit=${TICKS_PAGE}${cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`}`;
+  let answer;
+  try {
+    answer = await call("GET", `${recurringPath(name)}/ticks${query}`);
+  } catch (error) {
+    if (mine !== ticksAsked) return;
+    if (await explainFailure(error, byId("recurring-message"), "Listing the ticks")) loadTicks(name, cursor);
+    return;
+  }
+  if (mine !== ticksAsked || name !== openName) return;
+  const body = byId("recurring-ticks").tBodies[0];
+  const rows = answer.ticks.map((job) =>
+    h(
+      "tr",
+      { "data-testid": "recurring-tick", "data-id": job.job_id },
+      h("td", { class: "mono nowrap" }, utcSeconds(job.due_ms)),
+      h("td", {}, h("span", { class: `badge status-${job.status}`, "data-testid": "recurring-tick-status" }, job.status)),
+      h(
+        "td",
+        { class: "mono" },
+        h("a", { class: "link mono", href: `#jobs/${encodeURIComponent(job.job_id)}` }, job.job_id),
+        job.job_id.endsWith("r") ? h("span", { class: "badge muted" }, "run now") : "",
+      ),
+    ),
+  );
+  if (cursor === null) fillRows(body, rows, "no tick made yet");
+  else body.append(...rows);
+  ticksCursor = answer.cursor;
+  byId("recurring-ticks-more").hidden = answer.cursor === null;
 }

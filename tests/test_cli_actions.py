@@ -66,6 +66,7 @@ async def test_schedule_from_an_argument_and_reschedule(
         settings,
         *("schedule", "--topic", "orders", "--payload", '{"order": 42}', "--delay", "1h"),
         *("--job-id", "cli-1", "--biz-id", "o-42", "--max-attempts", "3", "--json"),
+        *("--priority", "7"),
     )
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
@@ -74,6 +75,7 @@ async def test_schedule_from_an_argument_and_reschedule(
     record = await client.get("cli-1")
     assert record is not None
     assert (record.topic, record.biz_id, record.max_attempts) == ("orders", "o-42", 3)
+    assert record.priority == 7
     assert json.loads(record.payload_json) == {"order": 42}
 
     again = await cli(settings, "schedule", "--topic", "orders", "--payload", "1", "--delay", "5s",
@@ -124,6 +126,7 @@ async def test_schedule_reads_the_payload_from_stdin_and_a_file(
         (["--payload", "1", "--delay", "soon"], "not a duration"),
         (["--payload", "1", "--at", "2030-01-01T00:00:00"], "zone"),
         (["--payload", "1", "--delay", "1s", "--max-attempts", "0"], "max_attempts"),
+        (["--payload", "1", "--delay", "1s", "--priority", "1001"], "priority"),
         (["--payload", "1", "--delay", "1s", "--expires-after", "0"], "expires_after"),
         (["--payload", "1"], "--delay"),
         (["--payload-file", "/nonexistent/p.json", "--delay", "1s"], "cannot read"),

@@ -43,6 +43,7 @@ def schedule(settings: Settings, args: argparse.Namespace) -> int:
             max_attempts=args.max_attempts,
             settings=settings,
             expires_after=args.expires_after,
+            priority=args.priority,
         )
     except InvalidJob as exc:
         print(f"delayq schedule: {shown(exc)}; nothing scheduled", file=sys.stderr)

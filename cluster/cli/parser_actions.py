@@ -57,6 +57,12 @@ def _add_schedule(commands: Commands) -> None:
         help="publish attempts before the job is dead (default: default_max_attempts)",
     )
     schedule.add_argument(
+        "--priority",
+        type=int,
+        metavar="P",
+        help="0..1000 (default 0): among jobs due at the same ms, higher fires first",
+    )
+    schedule.add_argument(
         "--expires-after",
         type=duration_s,
         metavar="D",

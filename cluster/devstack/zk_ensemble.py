@@ -115,21 +115,28 @@ def _standalone_data(root: Path) -> Path | None:
     return None
 
 
+def _seed(data: Path, seed: Path) -> None:
+    """A new server's data: a copy of server 1's standalone history, in place once whole."""
+    if data.exists():
+        return
+    copying = data.with_name("data.copying")
+    shutil.rmtree(copying, ignore_errors=True)
+    shutil.copytree(seed, copying / "version-2")
+    copying.rename(data)
+
+
 def _prepare_member(
     svc: Service, *, number: int, lines: list[str], seed: Path | None, peers: list[Path]
 ) -> None:
     data = svc.dir / "data"
-    if seed is not None and number == 1:
+    if seed is not None:
         # The new servers start from server 1's standalone history (see the docstring),
-        # copied before server 1 gets its myid: that file ends "standalone days", so an
-        # `up` cut short in between copies again next time instead of starting the
-        # others empty (two empty servers would be a quorum that truncates server 1).
-        for peer in peers:
-            if not peer.exists():
-                copying = peer.with_name("data.copying")  # renamed once whole
-                shutil.rmtree(copying, ignore_errors=True)
-                shutil.copytree(seed, copying / "version-2")
-                copying.rename(peer)
+        # each when it is prepared (they may start first), and all of them before server
+        # 1 gets its myid: that file ends "standalone days", so an `up` cut short after
+        # it would otherwise leave the others empty for good (two empty servers are a
+        # quorum that truncates server 1).
+        for target in [data] if number > 1 else peers:
+            _seed(target, seed)
     zookeeper.prepare_server(svc, lines)
     (data / "myid").write_text(f"{number}\n")
 

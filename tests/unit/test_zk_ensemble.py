@@ -148,6 +148,25 @@ def test_an_up_cut_short_after_server_one_still_seeds_the_others(
         assert not (root / name / "data.copying").exists()
 
 
+def test_servers_two_and_three_prepared_first_start_from_the_history(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """They may start before server 1 (a quorum of two): each copies the history itself."""
+    root = stack.stack_root()
+    standalone = [svc for svc in stack.services() if svc.marker == zk_ensemble.MARKER]
+    standalone[0].prepare(standalone[0])
+    history = root / "zookeeper" / "data" / "version-2"
+    history.mkdir()
+    (history / "snapshot.0").write_bytes(b"the standalone history")
+    monkeypatch.setenv("DELAYQ_SERVICES_ZK_ENSEMBLE", "3")
+    _, *others = [svc for svc in stack.services() if svc.marker == zk_ensemble.MARKER]
+    for svc in others:
+        svc.prepare(svc)
+    for name in ("zookeeper-2", "zookeeper-3"):
+        copied = root / name / "data" / "version-2" / "snapshot.0"
+        assert copied.read_bytes() == b"the standalone history"
+
+
 def test_the_ensemble_is_remembered_and_cannot_go_back(monkeypatch: pytest.MonkeyPatch) -> None:
     root = stack.stack_root()
     assert zk_ensemble.names(root) == ["zookeeper"]

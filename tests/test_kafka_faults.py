@@ -438,18 +438,32 @@ async def lose_the_quorum(cluster: KafkaCluster, topic: str) -> dict[str, object
     }
 
 
+FAULTS: list[tuple[str, Fault]] = [
+    ("steady", no_fault),
+    ("kill-leader", kill_the_leader),
+    ("stop-broker-30s", stop_a_broker),
+    ("freeze-broker-10s", freeze_a_broker),
+    ("quorum-lost-20s", lose_the_quorum),
+]
+# The longest scenarios run in one delivery mode in `make test` (each mode keeps one of
+# them) and in both in `make faults`: about a minute each.
+LONG_VARIANTS = {("stop-broker-30s", "exactly-once"), ("quorum-lost-20s", "at-least-once")}
+
+
 @pytest.mark.timeout(SCENARIO_TIMEOUT_S)
-@pytest.mark.parametrize("delivery", DELIVERIES, ids=lambda d: d.name)
 @pytest.mark.parametrize(
-    ("name", "fault"),
+    ("name", "fault", "delivery"),
     [
-        ("steady", no_fault),
-        ("kill-leader", kill_the_leader),
-        ("stop-broker-30s", stop_a_broker),
-        ("freeze-broker-10s", freeze_a_broker),
-        ("quorum-lost-20s", lose_the_quorum),
+        pytest.param(
+            name,
+            fault,
+            delivery,
+            id=f"{name}-{delivery.name}",
+            marks=[pytest.mark.long] if (name, delivery.name) in LONG_VARIANTS else [],
+        )
+        for name, fault in FAULTS
+        for delivery in DELIVERIES
     ],
-    ids=["steady", "kill-leader", "stop-broker-30s", "freeze-broker-10s", "quorum-lost-20s"],
 )
 async def test_kafka_fault(
     name: str,

@@ -6,18 +6,30 @@ it with read_committed tells which jobs a transaction committed.
 The topic (kafka_journal_topic) is created by the first node that needs it: 16
 partitions, a slot's records on partition slot % 16, replication factor min(brokers, 3),
 the broker's log-append time (reads start from a time), kept 7 days.
+
+A record counts only when it is the cluster's own: each carries an HMAC-SHA256 over its
+slot, epoch, prefix, jobs and barrier, under a key only the cluster's Redis holds
+(`{<key_prefix>:journal}:key`, made by the first node). A record any other writer of
+the topic put there (outside the slot's transactions, or not from delayq at all) fails
+the check and is skipped, as is one that does not parse: each is counted
+(delayq_journal_records_skipped_total) and logged once, and none stops a read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
+import os
+from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import NewTopic
 
 from cluster.connections.kafka_conn import make_admin, make_consumer, start_client
+from cluster.connections.redis_conn import RedisClient
 from cluster.errors import ConfigError
 from cluster.settings.config import Settings
 
@@ -26,6 +38,45 @@ log = logging.getLogger(__name__)
 JOURNAL_PARTITIONS = 16
 JOURNAL_RETENTION_MS = 7 * 86_400_000
 TOPIC_ALREADY_EXISTS = 36  # Kafka's error code
+KEY_BYTES = 32
+# Skipped records already logged, by (partition, offset): each is logged once, however
+# often a lookup window reads it; bounded, forgotten wholesale when full.
+LOGGED_SKIPS_MAX = 10_000
+
+
+def journal_key_name(key_prefix: str) -> str:
+    """The Redis key holding the journal's HMAC key (inside the prefix's ACL pattern)."""
+    return f"{{{key_prefix}:journal}}:key"
+
+
+def record_mac(
+    key: bytes, slot: int, epoch: int, prefix: str, jobs: list[str], barrier: str
+) -> str:
+    """The HMAC a record of these fields carries under `key`."""
+    message = orjson.dumps([slot, epoch, prefix, barrier, jobs])
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def parse_record(value: bytes | None) -> dict[str, Any] | None:
+    """A journal record's fields, or None when it is not one delayq writes: JSON with
+    slot and epoch integers, prefix, mac and (optional) barrier strings, jobs a list of
+    strings."""
+    if value is None:
+        return None
+    try:
+        entry = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(entry, dict):
+        return None
+    ints = (entry.get("slot"), entry.get("epoch"))
+    strs = (entry.get("prefix"), entry.get("mac"), entry.get("barrier", ""))
+    jobs = entry.get("jobs")
+    if not all(type(v) is int for v in ints) or not all(isinstance(v, str) for v in strs):
+        return None
+    if not isinstance(jobs, list) or not all(isinstance(job, str) for job in jobs):
+        return None
+    return entry
 
 
 class Journal:
@@ -35,6 +86,23 @@ class Journal:
         self.partitions = JOURNAL_PARTITIONS  # as the topic has them, once started
         self._reader: AIOKafkaConsumer | None = None
         self._reader_lock = asyncio.Lock()
+        self._key = b""  # load_key()
+        # Records skipped by a lookup: unreadable (not a record delayq writes) or
+        # unauthenticated (the HMAC does not match: not written by this cluster's nodes).
+        self.skipped = {"unreadable": 0, "unauthenticated": 0}
+        self._logged_skips: set[tuple[int, int]] = set()
+
+    async def load_key(self, redis: RedisClient) -> None:
+        """The cluster's journal key from Redis, made there by the first node to ask."""
+        name = journal_key_name(self.settings.key_prefix)
+        await redis.set(name, os.urandom(KEY_BYTES), nx=True)
+        key = await redis.get(name)
+        if not isinstance(key, bytes) or len(key) != KEY_BYTES:
+            raise ConfigError(
+                f"the journal key {name!r} in Redis is not {KEY_BYTES} bytes: delete it "
+                "(no transaction may be in doubt meanwhile) and start the node again"
+            )
+        self._key = key
 
     async def create_topic(self) -> None:
         """Create the topic unless it exists; ConfigError when Kafka refuses."""
@@ -101,16 +169,61 @@ class Journal:
     def record(self, slot: int, epoch: int, job_ids: list[bytes], barrier: str = "") -> bytes:
         """A transaction's record: the jobs it carries; or, with `barrier`, a record
         that carries none and marks how far a read must go (committed)."""
-        entry = {
+        assert self._key, "load_key() first"
+        prefix = self.settings.key_prefix
+        jobs = [job_id.decode() for job_id in job_ids]
+        entry: dict[str, object] = {
             "slot": slot,
             "epoch": epoch,
             "node": self.settings.node_id,
-            "prefix": self.settings.key_prefix,
-            "jobs": [job_id.decode() for job_id in job_ids],
+            "prefix": prefix,
+            "jobs": jobs,
+            "mac": record_mac(self._key, slot, epoch, prefix, jobs, barrier),
         }
         if barrier:
             entry["barrier"] = barrier
         return orjson.dumps(entry)
+
+    def _accepted(
+        self, slot: int, value: bytes | None, partition: int, offset: int
+    ) -> dict[str, Any] | None:
+        """The record's fields when it is one of this slot's, written by this cluster's
+        nodes; None (counted and logged once when it is not the cluster's own) else."""
+        entry = parse_record(value)
+        if entry is None:
+            self._skip("unreadable", partition, offset)
+            return None
+        if entry["slot"] != slot or entry["prefix"] != self.settings.key_prefix:
+            return None  # another slot sharing the partition, or another cluster
+        mac = record_mac(
+            self._key,
+            slot,
+            entry["epoch"],
+            entry["prefix"],
+            entry["jobs"],
+            entry.get("barrier", ""),
+        )
+        if not hmac.compare_digest(mac, entry["mac"]):
+            self._skip("unauthenticated", partition, offset)
+            return None
+        return entry
+
+    def _skip(self, reason: str, partition: int, offset: int) -> None:
+        self.skipped[reason] += 1
+        if (partition, offset) in self._logged_skips:
+            return
+        if len(self._logged_skips) >= LOGGED_SKIPS_MAX:
+            self._logged_skips.clear()
+        self._logged_skips.add((partition, offset))
+        log.warning(
+            "journal %s partition %d offset %d skipped: %s",
+            self.topic,
+            partition,
+            offset,
+            "not a journal record"
+            if reason == "unreadable"
+            else "its HMAC does not match (not written by this cluster's nodes)",
+        )
 
     async def committed(
         self, slot: int, job_ids: set[bytes], since_ms: int, barrier: str
@@ -140,8 +253,8 @@ class Journal:
                 batch = await reader.getmany(tp, timeout_ms=500)
                 for message in batch.get(tp, []):
                     read += 1
-                    entry = orjson.loads(message.value)
-                    if entry["slot"] != slot or entry["prefix"] != self.settings.key_prefix:
+                    entry = self._accepted(slot, message.value, tp.partition, message.offset)
+                    if entry is None:
                         continue
                     if entry.get("barrier") == barrier:
                         log.debug(

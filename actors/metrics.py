@@ -58,6 +58,7 @@ METRIC_NAMES = frozenset(
         "delayq_retention_deleted_total",
         "delayq_recurring_ticks_total",
         "delayq_transactions_total",
+        "delayq_journal_records_skipped_total",
         "delayq_jobs_found_committed_total",
         "delayq_fire_lateness_seconds",
         "delayq_stage_seconds",
@@ -224,6 +225,13 @@ def _counters(p: NodeParts, topics: TopicLabels) -> Iterator[Metric]:
                 ("aborted", t.aborted_total),
                 ("in_doubt", t.in_doubt_total),
             ],
+        )
+        yield labelled_counter(
+            "delayq_journal_records_skipped",
+            "Journal records a lookup skipped: unreadable (not a record delayq writes) or "
+            "unauthenticated (its HMAC does not match: not written by this cluster's nodes).",
+            "reason",
+            sorted(t.journal.skipped.items()),
         )
         yield _counter(
             "delayq_jobs_found_committed",

@@ -77,7 +77,9 @@ class RetryReaper(Actor):
         upto_ms = None
         if self.transactions is not None and held:
             upto_ms = int(self.scanner.redis_now_ms())
-            await self.transactions.settle_timed_out(held, upto_ms, REAP_LIMIT)
+            # Only the slots whose journal was read: one slot's failed lookup holds
+            # back its own retries, not the others'.
+            held = await self.transactions.settle_timed_out(held, upto_ms, REAP_LIMIT)
             await self.transactions.forget_unowned()
         while held:
             results = await self.scripts.reap_many(

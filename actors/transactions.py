@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import TransactionalIdAuthorizationFailed
 
 from actors import failpoints
 from actors.journal import Journal
@@ -73,8 +74,18 @@ class _Waiting(NamedTuple):
     send_by: float
 
 
+def transactional_id_prefix(settings: Settings) -> str:
+    """What every transactional id of the cluster starts with: one prefixed ACL covers them."""
+    return f"delayq.{settings.key_prefix}.slot-"
+
+
 def transactional_id(settings: Settings, slot: int) -> str:
-    return f"delayq.{settings.key_prefix}.slot-{slot}"
+    return f"{transactional_id_prefix(settings)}{slot}"
+
+
+def probe_transactional_id(settings: Settings) -> str:
+    """The start-up check's transactional id: inside the slots' prefix, owned by no slot."""
+    return f"{transactional_id_prefix(settings)}probe"
 
 
 def in_doubt(future: asyncio.Future[object]) -> bool:
@@ -111,10 +122,19 @@ class SlotTransactions:
         """Create the journal topic if it is missing, check that the broker supports
         transactions, and start the journal's reader."""
         await self.journal.create_topic()
-        probe = make_producer(self.settings, f"delayq.{self.settings.key_prefix}.probe")
+        await self.journal.load_key(self.scripts.redis)
+        probe_id = probe_transactional_id(self.settings)
+        probe = make_producer(self.settings, probe_id)
         try:
             try:
                 await start_client(probe, self.settings)
+            except TransactionalIdAuthorizationFailed:
+                raise ConfigError(
+                    f"the Kafka broker refused the transactional id {probe_id!r}: "
+                    "delivery = exactly_once needs Write and Describe on the transactional "
+                    f"ids prefixed {transactional_id_prefix(self.settings)!r} for the node's "
+                    "Kafka user (docs/security.md#kafka-acls)"
+                ) from None
             except Exception as exc:
                 raise ConfigError(
                     "delivery = exactly_once needs a Kafka broker with transactions "
@@ -333,37 +353,56 @@ class SlotTransactions:
             except Exception as exc:  # its connection may be what broke
                 log.debug("stopping the producer of slot %d: %s", slot, exc)
 
-    async def settle_timed_out(self, held: list[tuple[int, int]], now_ms: int, limit: int) -> int:
+    async def settle_timed_out(
+        self, held: list[tuple[int, int]], now_ms: int, limit: int
+    ) -> list[tuple[int, int]]:
         """Before the retry-reaper retries in-flight jobs whose deadline passed (by
-        now_ms, the Redis clock): ack those the journal shows committed. Returns how
-        many were acked."""
-        acked = 0
+        now_ms, the Redis clock): ack those the journal shows committed. Returns the
+        (slot, epoch) pairs settled, whose other timed-out jobs may be retried; a slot
+        whose lookup failed is left out (logged), and the others are settled all the
+        same."""
+        settled = []
         replies = await self.scripts.timed_out_many([slot for slot, _ in held], now_ms, limit)
         for (slot, epoch), timed_out in zip(held, replies, strict=True):
             if not timed_out:
+                settled.append((slot, epoch))
                 continue
-            oldest_claim_ms = (
-                min(score for _, score in timed_out) - self.settings.inflight_timeout_ms
+            try:
+                await self._settle_slot(slot, epoch, timed_out)
+            except Exception as exc:
+                log.warning(
+                    "slot %d: looking up %d timed-out in-flight job(s) in the journal "
+                    "failed, none retried: %s: %s",
+                    slot,
+                    len(timed_out),
+                    type(exc).__name__,
+                    exc,
+                )
+                continue
+            settled.append((slot, epoch))
+        return settled
+
+    async def _settle_slot(
+        self, slot: int, epoch: int, timed_out: list[tuple[bytes, float]]
+    ) -> None:
+        oldest_claim_ms = min(score for _, score in timed_out) - self.settings.inflight_timeout_ms
+        async with self._locks[slot]:
+            committed = await self._committed(
+                slot,
+                epoch,
+                {job_id for job_id, _ in timed_out},
+                int(oldest_claim_ms) - CLOCK_MARGIN_MS,
             )
-            async with self._locks[slot]:
-                committed = await self._committed(
-                    slot,
-                    epoch,
-                    {job_id for job_id, _ in timed_out},
-                    int(oldest_claim_ms) - CLOCK_MARGIN_MS,
-                )
-            if committed:
-                count, failed = await self.scripts.ack_many({slot: sorted(committed)})
-                if failed:
-                    raise failed[slot].error
-                acked += count
-                self.resolved_total += count
-                log.info(
-                    "slot %d: %d timed-out in-flight job(s) were committed to Kafka: acked",
-                    slot,
-                    count,
-                )
-        return acked
+        if committed:
+            count, failed = await self.scripts.ack_many({slot: sorted(committed)})
+            if failed:
+                raise failed[slot].error
+            self.resolved_total += count
+            log.info(
+                "slot %d: %d timed-out in-flight job(s) were committed to Kafka: acked",
+                slot,
+                count,
+            )
 
     async def forget_unowned(self) -> None:
         """Stop the producers of slots this node no longer owns."""

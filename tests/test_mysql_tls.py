@@ -219,3 +219,73 @@ async def test_untouched_connections_use_tls(secure_db: Settings) -> None:
         assert cipher
     finally:
         conn.close()
+
+
+def _with_hosts(url: str, hosts: str, query: str = "") -> str:
+    """url with its addresses replaced by `hosts` (host:port,…) and its query by `query`."""
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    return urlunsplit(parts._replace(netloc=f"{userinfo}@{hosts}", query=query))
+
+
+async def test_tls_of_mysql_url_holds_for_the_other_servers(secure_db: Settings) -> None:
+    """TLS asked for in mysql_url alone (?ssl_ca=…, no mysql_ssl_* setting) holds for a
+    server of mysql_servers whose URL names no TLS parameter: its connections are
+    encrypted too. Server 1 is the same MariaDB reached through a plain TCP relay (a
+    second address): what matters is how delayq connects to it."""
+    args = mysql_connect_args(secure_db)
+    host, ca = args["host"], secure_db.mysql_ssl_ca
+    relay = StrippingProxy((host, args["port"]), untouched=10**6)  # strips nothing
+    await relay.start()
+    settings = secure_db.replace(
+        mysql_ssl_ca="",
+        mysql_url=_with_hosts(secure_db.mysql_url, f"{host}:{args['port']}", f"ssl_ca={ca}"),
+        mysql_servers=_with_hosts(secure_db.mysql_url, f"{host}:{relay.port}").rsplit("/", 1)[0]
+        + "/",
+        mysql_databases=2,
+    )
+    store = MySQLStore(settings, "test")
+    try:
+        for server in (0, 1):
+            pool = await store.server_pool(server)
+            async with pool.acquire() as conn, conn.cursor() as cur:
+                await cur.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+                (_, cipher) = await cur.fetchone()
+                assert (server, uses_tls(conn), bool(cipher)) == (server, True, True)
+        assert relay.connections >= 1  # server 1's connections went through the relay
+    finally:
+        await store.close()
+        await relay.close()
+
+
+async def test_an_address_without_tls_is_passed_over(secure_db: Settings) -> None:
+    """A mysql_url with several addresses (a Galera cluster's) whose first one offers no
+    TLS (a man in the middle stripped it): the connection, nothing sent there, fails
+    over to the next address, which is sound; with no sound address it is refused."""
+    args = mysql_connect_args(secure_db)
+    host, port = args["host"], args["port"]
+    stripping = StrippingProxy((host, port), untouched=0)
+    await stripping.start()
+    try:
+        url = _with_hosts(secure_db.mysql_url, f"{host}:{stripping.port},{host}:{port}")
+        conn = await connect(**mysql_connect_args(secure_db.replace(mysql_url=url)))
+        try:
+            assert uses_tls(conn)
+        finally:
+            conn.close()
+        store = MySQLStore(secure_db.replace(mysql_url=url), "test")
+        await store.open()
+        try:
+            assert await store.get("no-such-job") is None
+        finally:
+            await store.close()
+        both = _with_hosts(
+            secure_db.mysql_url, f"{host}:{stripping.port},127.0.0.1:{stripping.port}"
+        )
+        with pytest.raises(StoreAccessError, match="does not offer TLS"):
+            await connect(**mysql_connect_args(secure_db.replace(mysql_url=both)))
+        assert stripping.connections >= 3
+        # Not a byte of any login went out through the stripped address.
+        assert set(await stripping.stripped_done()) == {b""}
+    finally:
+        await stripping.close()

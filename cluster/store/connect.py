@@ -11,7 +11,8 @@ raises StoreAccessError and never reaches the pool. docs/security.md.
 
 A server may have several addresses (a Galera cluster's nodes, listed in one mysql_url):
 a new connection tries them in turn, from the one that last worked, passing over one
-that refuses, does not answer within ADDRESS_TIMEOUT_S, or is a Galera node not ready.
+that refuses, does not answer within ADDRESS_TIMEOUT_S, is a Galera node not ready, or
+offers no TLS when TLS is asked for (refused there as above, before logging in).
 
 A caller's own connection (schedule_in) is checked by check_session_charset instead.
 """
@@ -75,7 +76,9 @@ async def connect(**kwargs: Any) -> Any:
     the init command) and "addresses", several (host, port) of one server, tried in turn
     from the one that last worked, each for at most connect_timeout (default
     ADDRESS_TIMEOUT_S) up to the end of the login, and passed over when it is not a
-    ready Galera node; when none takes the connection, the last one's error is raised."""
+    ready Galera node or, with TLS asked for, offers no TLS; when none takes the
+    connection, the first TLS refusal is raised (StoreAccessError), else the last one's
+    error."""
     addresses = [(str(host), int(port)) for host, port in kwargs.pop("addresses", None) or []]
     kwargs = _with_session_settings(kwargs)
     if len(addresses) < 2:
@@ -84,11 +87,17 @@ async def connect(**kwargs: Any) -> Any:
     first = _last_worked.get(key, 0) % len(addresses)
     timeout = kwargs.get("connect_timeout") or ADDRESS_TIMEOUT_S
     error: BaseException | None = None
+    refusal: StoreAccessError | None = None
     for index in [*range(first, len(addresses)), *range(first)]:
         host, port = addresses[index]
         attempt = {**kwargs, "host": host, "port": port, "connect_timeout": timeout}
         try:
             conn = await _connect_once(attempt, deadline_s=timeout)
+        except StoreAccessError as exc:
+            # This address offers no TLS (or something on its path removed it): nothing
+            # was sent; another address may be sound.
+            refusal = refusal or exc
+            continue
         except (pymysql.err.OperationalError, OSError) as exc:
             error = exc
             continue
@@ -102,6 +111,8 @@ async def connect(**kwargs: Any) -> Any:
             continue
         _last_worked[key] = index
         return conn
+    if refusal is not None:
+        raise refusal
     assert error is not None
     raise error
 

@@ -3,7 +3,9 @@
 A logical shard is one shard database, ``<main>_<d>`` (d < mysql_databases), with its job,
 history, outbox and recurring tables: the unit that lives on one server and moves between
 servers (cluster/store/shard_move.py). Server 0 is mysql_url; servers 1, 2, … are the
-URLs of mysql_servers, in order. Every server uses mysql_url's database name.
+URLs of mysql_servers, in order. Every server uses mysql_url's database name, and a server
+URL that names none of the TLS parameters (ssl_ca, ssl_cert, ssl_key, ssl_verify_hostname)
+takes mysql_url's: TLS asked for in mysql_url alone holds for every server.
 
 Where a shard lives is what the servers' ``delayq_shards`` tables say (cluster/store/
 routing.py); mysql_shard_map only tells `db migrate` where to create a shard that no
@@ -36,10 +38,13 @@ class ServerSpec:
 
 
 def server_specs(settings: Settings) -> list[ServerSpec]:
-    """mysql_url, then each URL of mysql_servers, each naming the main database."""
+    """mysql_url, then each URL of mysql_servers, each naming the main database and,
+    unless it names TLS parameters of its own, with mysql_url's."""
     main = sql.parse_mysql_url(settings.mysql_url)["db"]
+    tls = _tls_parameters(settings.mysql_url)
     urls = [settings.mysql_url]
-    for position, url in enumerate(settings.mysql_servers.split(), start=1):
+    for position, raw in enumerate(settings.mysql_servers.split(), start=1):
+        url = raw if _tls_parameters(raw) else _with_parameters(raw, tls)
         path_start = url.find("/", url.find("://") + 3)
         database = url[path_start + 1 :].split("?", 1)[0] if path_start != -1 else ""
         if not database:
@@ -65,6 +70,19 @@ def server_specs(settings: Settings) -> list[ServerSpec]:
             "choose room to grow, e.g. 8 or 16, when the cluster is created)"
         )
     return specs
+
+
+def _tls_parameters(url: str) -> list[str]:
+    """The URL's TLS query parameters ("ssl_ca=…"), as written."""
+    query = url.partition("?")[2]
+    return [pair for pair in query.split("&") if pair.partition("=")[0] in sql.URL_TLS_OPTIONS]
+
+
+def _with_parameters(url: str, pairs: list[str]) -> str:
+    if not pairs:
+        return url
+    head, _, query = url.partition("?")
+    return f"{head}?" + "&".join([*([query] if query else []), *pairs])
 
 
 def with_database(settings: Settings, database: str) -> Settings:

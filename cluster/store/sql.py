@@ -31,7 +31,7 @@ DB_ACCESS_DENIED = 1044
 
 # TLS options a mysql_url may carry as query parameters (?ssl_ca=/path/ca.pem&…), the
 # same as the mysql_ssl_* settings, which fill in what the URL leaves out.
-_URL_TLS_OPTIONS = ("ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_hostname")
+URL_TLS_OPTIONS = ("ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_hostname")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -70,11 +70,11 @@ def parse_mysql_url(url: str) -> dict[str, Any]:
     if len(addresses) > 1:
         args["addresses"] = addresses
     options = dict(parse_qsl(parsed.query, keep_blank_values=True))
-    unknown = sorted(set(options) - {*_URL_TLS_OPTIONS, "wsrep_sync_wait"})
+    unknown = sorted(set(options) - {*URL_TLS_OPTIONS, "wsrep_sync_wait"})
     if unknown:
         raise ConfigError(
             f"mysql_url: unknown parameter(s) {', '.join(unknown)}; "
-            f"known: {', '.join(_URL_TLS_OPTIONS)}, wsrep_sync_wait"
+            f"known: {', '.join(URL_TLS_OPTIONS)}, wsrep_sync_wait"
         )
     if "wsrep_sync_wait" in options:
         args["wsrep_sync_wait"] = _sync_wait(options.pop("wsrep_sync_wait"))

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 
 from cluster.errors import ConfigError
+from cluster.settings.config import Settings
 from cluster.store import connect
+from cluster.store.servers import server_specs
 from cluster.store.sql import parse_mysql_url, session_init_extra
 
 
@@ -85,3 +87,19 @@ def test_sync_wait_goes_into_the_init_command() -> None:
     assert connect._with_session_settings({"host": "h"}) == {"host": "h"}
     with pytest.raises(ValueError, match="SET statement"):
         connect._with_session_settings({"wsrep_sync_wait": 1, "init_command": "DO 1"})
+
+
+def test_servers_take_the_tls_parameters_of_mysql_url_unless_they_name_their_own() -> None:
+    settings = Settings(
+        mysql_url="mysql://u:p@h0/main?ssl_verify_hostname=false&wsrep_sync_wait=1",
+        mysql_databases=4,
+        mysql_servers=(
+            "mysql://u:p@h1/ mysql://u:p@h2/main?wsrep_sync_wait=3 "
+            "mysql://u:p@h3?ssl_verify_hostname=true"
+        ),
+    )
+    assert [spec.url for spec in server_specs(settings)[1:]] == [
+        "mysql://u:p@h1/main?ssl_verify_hostname=false",
+        "mysql://u:p@h2/main?wsrep_sync_wait=3&ssl_verify_hostname=false",
+        "mysql://u:p@h3/main?ssl_verify_hostname=true",
+    ]

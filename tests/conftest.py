@@ -11,8 +11,9 @@ services up --mysql-servers 3`, mysql_databases 3, mysql_tables 2). DELAYQ_TEST_
 runs it against the secure local stack (`delayq services up --secure`: TLS and passwords
 everywhere; docs/security.md); the ``redis`` fixture then logs in as the
 stack's Redis admin, since tests use KEYS, CONFIG SET and FLUSHALL, which the delayq user
-may not. DELAYQ_TEST_SECURE=stores takes only Redis and MySQL from the secure stack, and
-Kafka and ZooKeeper from the plain one.
+may not, and the ``topic`` fixture and ``Collector`` use its Kafka admin, since the nodes'
+Kafka user may only write the tests' topics. DELAYQ_TEST_SECURE=stores takes only Redis
+and MySQL from the secure stack, and Kafka and ZooKeeper from the plain one.
 """
 
 from __future__ import annotations
@@ -159,6 +160,16 @@ def redis_admin(settings: Settings) -> Settings:
     return settings.replace(redis_url=admin_url) if admin_url else settings
 
 
+def kafka_admin(settings: Settings) -> Settings:
+    """settings with a Kafka user allowed to create and read the tests' topics: the
+    secure stack's admin when DELAYQ_TEST_KAFKA_ADMIN_USERNAME names it, else unchanged."""
+    user = os.environ.get("DELAYQ_TEST_KAFKA_ADMIN_USERNAME")
+    if not user or settings.kafka_sasl_username == user:
+        return settings
+    password = os.environ.get("DELAYQ_TEST_KAFKA_ADMIN_PASSWORD", "")
+    return settings.replace(kafka_sasl_username=user, kafka_sasl_password=password)
+
+
 @pytest.fixture
 def redis_settings(stack_env: dict[str, str]) -> Settings:
     """Settings of the stack with a Redis key prefix of this test's own; no MySQL
@@ -208,6 +219,7 @@ async def node(settings: Settings) -> AsyncIterator[Node]:
 async def topic(settings: Settings) -> str:
     """A new Kafka topic with a few partitions."""
     name = f"test.{uuid.uuid4().hex[:12]}"
+    settings = kafka_admin(settings)
     admin = make_admin(settings)
     try:
         await start_client(admin, settings)
@@ -226,6 +238,7 @@ class Collector:
     def __init__(
         self, settings: Settings, topic: str, isolation_level: str = "read_uncommitted"
     ) -> None:
+        settings = kafka_admin(settings)  # a user allowed to read every test topic
         self.settings = settings  # its Kafka connection and security settings
         self.topic = topic
         self.consumer = make_consumer(

@@ -1,13 +1,14 @@
 """Kafka TLS and SASL end to end, through cluster/connections/kafka_conn.py, against the
 Apache Kafka of the secure local stack (`delayq services up --secure`; docs/security.md):
-one SASL_SSL listener, SCRAM-SHA-512 only, the client user `delayq`, and a certificate
-signed by the stack's own CA.
+one SASL_SSL listener, SCRAM-SHA-512 only, the nodes' user `delayq-node`, and a
+certificate signed by the stack's own CA.
 
-With the stack's credentials a producer, an admin client and a consumer in a group
-work. A wrong password, an unknown user, a mechanism the broker does not offer, a plain
-TCP client, a TLS client without SASL and a CA that did not sign the broker's
-certificate are each refused at start with one KafkaAccessError that names Kafka and
-the cause, never the password, and a node stops at once with one line saying so.
+With the stack's credentials a producer (the nodes' user), an admin client and a
+consumer in a group (the admin user: the nodes' user may not read) work. A wrong
+password, an unknown user, a mechanism the broker does not offer, a plain TCP client, a
+TLS client without SASL and a CA that did not sign the broker's certificate are each
+refused at start with one KafkaAccessError that names Kafka and the cause, never the
+password, and a node stops at once with one line saying so.
 
 A node firing jobs through this listener is tested by the secure pass of `make test`
 (tests/test_end_to_end.py and others with DELAYQ_TEST_SECURE=1, where every client and
@@ -34,6 +35,9 @@ from cluster.connections.kafka_conn import (
     make_consumer,
     start_client,
 )
+from cluster.devstack import kafka as kafka_stack
+from cluster.devstack import kafka_acls, stack
+from cluster.devstack import secure as secure_stack
 from cluster.devstack.secure import make_ca
 from cluster.errors import KafkaAccessError
 from cluster.settings.config import Settings
@@ -71,6 +75,14 @@ def secure_kafka(secure_env: dict[str, str]) -> Settings:
     return kafka
 
 
+def as_admin(kafka: Settings) -> Settings:
+    """The secure stack's Kafka settings with its admin user (a super user), who creates
+    and reads the tests' topics."""
+    keys = secure_stack.load(stack.stack_root(secure=True))
+    password = keys.password(kafka_stack.USERS[kafka_stack.ADMIN_USER])
+    return kafka.replace(kafka_sasl_username=kafka_stack.ADMIN_USER, kafka_sasl_password=password)
+
+
 @pytest.fixture(scope="module")
 def foreign_ca(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A CA that did not sign the secure stack's certificates."""
@@ -86,6 +98,7 @@ def _on_secure_kafka(settings: Settings, kafka: Settings, **changes: object) -> 
 
 async def _create_topic(kafka: Settings, partitions: int = 1) -> str:
     topic = f"test.sasl.{uuid.uuid4().hex[:10]}"
+    kafka = as_admin(kafka)
     admin = make_admin(kafka)
     try:
         await start_client(admin, kafka)
@@ -102,7 +115,7 @@ async def test_the_stack_credentials_produce_and_consume_in_a_group(secure_kafka
     options = connection_options(secure_kafka)
     assert options["security_protocol"] == "SASL_SSL"
     assert options["sasl_mechanism"] == "SCRAM-SHA-512"
-    assert options["sasl_plain_username"] == "delayq"
+    assert options["sasl_plain_username"] == kafka_acls.NODE_USER
     topic = await _create_topic(secure_kafka)
     producer = make_producer(secure_kafka)  # the node's producer: acks=all, idempotent
     try:
@@ -114,8 +127,9 @@ async def test_the_stack_credentials_produce_and_consume_in_a_group(secure_kafka
         await producer.stop()
     # A consumer group: its coordinator, joining and committing go over SASL_SSL too.
     group = f"test.sasl.group.{uuid.uuid4().hex[:8]}"
+    reader = as_admin(secure_kafka)
     consumer = make_consumer(
-        secure_kafka,
+        reader,
         topic,
         group_id=group,
         auto_offset_reset="earliest",
@@ -123,7 +137,7 @@ async def test_the_stack_credentials_produce_and_consume_in_a_group(secure_kafka
     )
     received: list[object] = []
     try:
-        await start_client(consumer, secure_kafka)
+        await start_client(consumer, reader)
         deadline = time.monotonic() + READ_WITHIN_S
         while len(received) < len(sent) and time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=500)
@@ -147,7 +161,7 @@ async def test_the_collector_reads_through_sasl(secure_kafka: Settings) -> None:
             await producer.send_and_wait(topic, orjson.dumps(record), partition=partition)
     finally:
         await producer.stop()
-    collector = Collector(kafka, topic)
+    collector = Collector(as_admin(kafka), topic)
     await collector.start()
     try:
         received = await collector.until(3, READ_WITHIN_S)
@@ -188,7 +202,7 @@ FOREIGN_CA = "<foreign CA>"
 REFUSALS: dict[str, tuple[dict[str, str], str]] = {
     "wrong password": (
         {"kafka_sasl_password": "not-the-stack-password"},
-        "(SASL_SSL) refused SASL authentication as 'delayq' with SCRAM-SHA-512: "
+        "(SASL_SSL) refused SASL authentication as 'delayq-node' with SCRAM-SHA-512: "
         "wrong kafka_sasl_username or kafka_sasl_password",
     ),
     "unknown user": (
@@ -267,7 +281,7 @@ async def test_consumers_and_admin_clients_are_refused_the_same_way(
     secure_kafka: Settings,
 ) -> None:
     refused = refused_settings(secure_kafka, "wrong password", "")
-    expected = "refused SASL authentication as 'delayq' with SCRAM-SHA-512"
+    expected = "refused SASL authentication as 'delayq-node' with SCRAM-SHA-512"
     consumer = make_consumer(refused, group_id="never-joins")
     try:
         with pytest.raises(KafkaAccessError, match=expected):
@@ -314,7 +328,7 @@ async def test_the_node_reports_a_sasl_refusal_in_one_line(
     assert code == 1
     lines = [r.getMessage() for r in caplog.records if "could not start" in r.getMessage()]
     assert len(lines) == 1, lines
-    assert "refused SASL authentication as 'delayq' with SCRAM-SHA-512" in lines[0]
+    assert "refused SASL authentication as 'delayq-node' with SCRAM-SHA-512" in lines[0]
     assert "waiting for Kafka" not in caplog.text
     assert refused.kafka_sasl_password not in caplog.text
     assert secure_kafka.kafka_sasl_password not in caplog.text

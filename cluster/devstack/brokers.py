@@ -15,7 +15,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from cluster.devstack import kafka, processes, tansu
+from cluster.devstack import kafka, kafka_acls, processes, tansu
 from cluster.devstack import secure as secure_stack
 from cluster.devstack.service import (
     HOST,
@@ -68,15 +68,19 @@ def secure_kafka_env(keys: secure_stack.Secrets) -> dict[str, str]:
     return {
         "DELAYQ_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
         "DELAYQ_KAFKA_SASL_MECHANISM": kafka.SCRAM,
-        "DELAYQ_KAFKA_SASL_USERNAME": kafka.CLIENT_USER,
-        "DELAYQ_KAFKA_SASL_PASSWORD": keys.password("kafka_delayq"),
+        # The nodes' user, with the ACLs of docs/security.md and no more.
+        "DELAYQ_KAFKA_SASL_USERNAME": kafka_acls.NODE_USER,
+        "DELAYQ_KAFKA_SASL_PASSWORD": keys.password(kafka.USERS[kafka_acls.NODE_USER]),
+        # The tests create and read their topics as the admin (a super user).
+        "DELAYQ_TEST_KAFKA_ADMIN_USERNAME": kafka.ADMIN_USER,
+        "DELAYQ_TEST_KAFKA_ADMIN_PASSWORD": keys.password(kafka.USERS[kafka.ADMIN_USER]),
     }
 
 
 def start_anew_on_a_new_count(root: Path, secure: bool) -> None:
-    """A new number of Kafka nodes needs a new Kafka cluster: its data starts anew, once
-    the old nodes are stopped."""
-    if not kafka.brokers_changed(root):
+    """A new number of Kafka nodes, or (secure) other SCRAM users, need a new Kafka
+    cluster: its data starts anew, once the old nodes are stopped."""
+    if not (kafka.brokers_changed(root) or (secure and kafka.users_changed(root))):
         return
     wanted = kafka_brokers_wanted()
     for name in kafka.node_names(3):

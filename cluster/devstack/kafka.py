@@ -7,20 +7,26 @@ once into the state folder. No Kafka download other than Maven Central, no Docke
   Maven repository of its own under ``kafka-dist/m2``; skipped once complete.
 - ``prepare``: ``server.properties`` and a log4j2 config, and the first time the data
   folder is formatted (``kafka.tools.StorageTool format``) with the stack's cluster id,
-  a static controller quorum of every node, and in the secure stack the SCRAM users.
+  a static controller quorum of every node, and in the secure stack the SCRAM users
+  (their passwords through a 0600 argument file, never on a command line).
 - ``command``: ``java … kafka.Kafka server.properties``.
 - ``probe``: a real Kafka request (bootstrap and metadata) that must list this node.
 
 One broker by default (replication factor 1); ``--kafka-brokers 3`` runs three
 (replication factor 3, ``min.insync.replicas`` 2). The secure stack's clients use
-SASL_SSL with SCRAM-SHA-512 (user ``delayq``) and the stack's CA; the brokers talk to
-each other the same way (user ``kafka-broker``); the controller listener stays plain on
-the loopback address.
+SASL_SSL with SCRAM-SHA-512 and the stack's CA, one user per role (``delayq-node``,
+``delayq-ingress``, ``delayq-producer``, and ``admin`` for operators and tests); the
+brokers talk to each other the same way (user ``kafka-broker``), and to the controllers
+over TLS with the stack's certificate (mutual TLS, on the loopback address). It runs
+StandardAuthorizer with the ACLs of cluster/devstack/kafka_acls.py, creates no topic on
+its own (``auto.create.topics.enable=false``), and its ``server.properties``, which
+holds the brokers' password, is 0600 in a 0700 folder.
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 import subprocess
 import time
@@ -29,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cluster.devstack import kafka_acls
 from cluster.devstack.packages import require_program
 from cluster.devstack.service import (
     HOST,
@@ -47,7 +54,18 @@ STORAGE_TOOL = "kafka.tools.StorageTool"
 # The controller listener of a node is its client port + CONTROLLER_OFFSET.
 CONTROLLER_OFFSET = 3
 BROKER_USER = "kafka-broker"
-CLIENT_USER = "delayq"
+ADMIN_USER = "admin"
+# The secure stack's SCRAM users and the names of their passwords in secrets.json.
+USERS = {
+    BROKER_USER: "kafka_broker",
+    ADMIN_USER: "kafka_admin",
+    kafka_acls.NODE_USER: "kafka_node",
+    kafka_acls.INGRESS_USER: "kafka_ingress",
+    kafka_acls.PRODUCER_USER: "kafka_producer",
+}
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+# The principal of a TLS client certificate: the stack's own (brokers → controllers).
+CERT_PRINCIPAL = "CN=localhost"
 SCRAM = "SCRAM-SHA-512"
 FETCH_TIMEOUT_S = 600.0
 FORMAT_TIMEOUT_S = 120.0
@@ -185,7 +203,9 @@ def _properties(svc: Service, ports: dict[str, int]) -> list[str]:
     brokers = len(ports)
     replication = min(brokers, 3)
     min_isr = 2 if brokers >= 3 else 1
-    listener = "SASL_SSL" if svc.secrets is not None else "PLAINTEXT"
+    secure = svc.secrets is not None
+    listener = "SASL_SSL" if secure else "PLAINTEXT"
+    controller = "SSL" if secure else "PLAINTEXT"
     lines = [
         "# Written by `delayq services up`; rewritten on every start.",
         "process.roles=broker,controller",
@@ -196,12 +216,13 @@ def _properties(svc: Service, ports: dict[str, int]) -> list[str]:
         f"CONTROLLER://{HOST}:{controller_port(svc.port)}",
         "controller.listener.names=CONTROLLER",
         f"inter.broker.listener.name={listener}",
-        f"listener.security.protocol.map=CONTROLLER:PLAINTEXT,{listener}:{listener}",
+        f"listener.security.protocol.map=CONTROLLER:{controller},{listener}:{listener}",
         f"log.dirs={svc.dir / 'data'}",
         f"num.partitions={replication}",
         f"default.replication.factor={replication}",
         f"min.insync.replicas={min_isr}",
-        "auto.create.topics.enable=true",
+        # The secure stack as production should run: a topic exists only when created.
+        f"auto.create.topics.enable={'false' if secure else 'true'}",
         f"offsets.topic.replication.factor={replication}",
         "offsets.topic.num.partitions=3",
         f"transaction.state.log.replication.factor={replication}",
@@ -235,6 +256,11 @@ def _properties(svc: Service, ports: dict[str, int]) -> list[str]:
             "ssl.truststore.type=PEM",
             f"ssl.truststore.location={svc.secrets.ca_file}",
             "ssl.client.auth=none",
+            # Only holders of the stack's key reach the controllers (the brokers).
+            "listener.name.controller.ssl.client.auth=required",
+            f"authorizer.class.name={AUTHORIZER}",
+            f"super.users=User:{BROKER_USER};User:{ADMIN_USER};User:{CERT_PRINCIPAL}",
+            "allow.everyone.if.no.acl.found=false",
         ]
     return lines
 
@@ -275,7 +301,8 @@ def prepare_with(ports: dict[str, int]) -> Callable[[Service], None]:
     def prepare(svc: Service) -> None:
         fetch()
         svc.dir.mkdir(parents=True, exist_ok=True)
-        (svc.dir / "server.properties").write_text("\n".join(_properties(svc, ports)) + "\n")
+        svc.dir.chmod(0o700)  # the folder of a file holding a password: its owner's only
+        _write_private(svc.dir / "server.properties", "\n".join(_properties(svc, ports)) + "\n")
         (svc.dir / "log4j2.xml").write_text(_log4j2(svc))
         if svc.secrets is not None:
             # A PEM keystore holds the (unencrypted PKCS#8) key and its certificate.
@@ -290,13 +317,24 @@ def prepare_with(ports: dict[str, int]) -> Callable[[Service], None]:
     return prepare
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write a file readable by its owner only (0600, also when it existed before)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def _argument(value: str) -> str:
+    """One argument of a java argument file, quoted."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def _format(svc: Service) -> None:
-    """Format the node's data folder for the stack's cluster (the first start only)."""
-    command = [
-        _java(),
-        "-Xmx256m",
-        "-cp",
-        _classpath(),
+    """Format the node's data folder for the stack's cluster (the first start only).
+    The SCRAM users' passwords go in a java argument file (``java @file``, 0600, deleted
+    afterwards), never on the command line, which every local user can read."""
+    arguments = [
         STORAGE_TOOL,
         "format",
         "-t",
@@ -305,16 +343,22 @@ def _format(svc: Service) -> None:
         str(svc.dir / "server.properties"),
     ]
     if svc.secrets is not None:
-        for user, password in (
-            (BROKER_USER, svc.secrets.password("kafka_broker")),
-            (CLIENT_USER, svc.secrets.password("kafka_delayq")),
-        ):
-            command += ["--add-scram", f"{SCRAM}=[name={user},password={password}]"]
-    ran = subprocess.run(
-        command, capture_output=True, text=True, timeout=FORMAT_TIMEOUT_S, check=False
-    )
+        for user, name in USERS.items():
+            password = svc.secrets.password(name)
+            arguments += ["--add-scram", f"{SCRAM}=[name={user},password={password}]"]
+    argfile = svc.dir / "format.args"
+    _write_private(argfile, "".join(_argument(arg) + "\n" for arg in arguments))
+    command = [_java(), "-Xmx256m", "-cp", _classpath(), f"@{argfile}"]
+    try:
+        ran = subprocess.run(
+            command, capture_output=True, text=True, timeout=FORMAT_TIMEOUT_S, check=False
+        )
+    finally:
+        argfile.unlink(missing_ok=True)
     if ran.returncode != 0:
         raise ServicesError(f"formatting {svc.dir / 'data'} failed: {ran.stdout}{ran.stderr}")
+    if svc.secrets is not None:
+        (svc.dir / "data" / "scram-users").write_text("\n".join(USERS) + "\n")
 
 
 def command(svc: Service) -> list[str]:
@@ -354,14 +398,28 @@ def probe(svc: Service) -> None:
         raise ServicesError(f"broker {node_id(svc.name)} is not registered yet")
 
 
-def client_security(svc: Service) -> dict[str, Any]:
-    """aiokafka's options for this stack's listener: none, or SASL_SSL as delayq."""
+def client_security(svc: Service, user: str = ADMIN_USER) -> dict[str, Any]:
+    """aiokafka's options for this stack's listener: none, or SASL_SSL as `user`."""
     if svc.secrets is None:
         return {}
     return {
         "security_protocol": "SASL_SSL",
         "ssl_context": svc.secrets.client_tls(),
         "sasl_mechanism": SCRAM,
-        "sasl_plain_username": CLIENT_USER,
-        "sasl_plain_password": svc.secrets.password("kafka_delayq"),
+        "sasl_plain_username": user,
+        "sasl_plain_password": svc.secrets.password(USERS[user]),
     }
+
+
+def users_changed(root: Path) -> bool:
+    """Whether the secure stack's data was formatted with other SCRAM users than
+    USERS (users are made only when the data folder is formatted)."""
+    made = root / "kafka" / "data" / "scram-users"
+    formatted = (root / "kafka" / "data" / "meta.properties").exists()
+    return formatted and (not made.exists() or made.read_text().split() != list(USERS))
+
+
+def apply_acls(svc: Service) -> None:
+    """Give the secure stack's users their ACLs (cluster/devstack/kafka_acls.py)."""
+    if svc.secrets is not None:
+        kafka_acls.apply(svc.address, client_security(svc), kafka_acls.stack_acls())

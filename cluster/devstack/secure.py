@@ -28,8 +28,11 @@ PASSWORD_NAMES = (
     "redis_admin",
     "mysql_delayq",
     "zk_delayq",
-    "kafka_delayq",
     "kafka_broker",
+    "kafka_admin",
+    "kafka_node",
+    "kafka_ingress",
+    "kafka_producer",
 )
 REDIS_USER = "delayq"
 REDIS_ADMIN = "admin"

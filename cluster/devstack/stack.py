@@ -299,6 +299,7 @@ def up(*, secure: bool = False) -> None:
         raise ServicesError("\n".join(errors))
     if apache:
         kafka.record_brokers(root)
+        kafka.apply_acls(next(svc for svc in stack if svc.marker == kafka.MAIN_CLASS))
     if redis_cluster_wanted():
         redis_server.form_cluster(stack[0].secrets, replicas=has_replicas(secure))
 

@@ -12,6 +12,7 @@ docs/client.md lists when each is raised and what to do about it.
     │       └── ZooKeeperAccessError
     ├── InvalidJob (ValueError)           a job was refused; nothing was written
     ├── StoreUnavailable                  MySQL (or Redis, at open) unreachable
+    │   └── ServerStalled                 a MySQL server answered nothing for a while
     ├── StoreMismatch                     schedule_in() got a connection that can't write
     ├── OutcomeUnknown                    may or may not have happened: .job_ids
     │   ├── CommitUnknown                 the MySQL commit's answer was lost
@@ -45,6 +46,7 @@ __all__ = [
     "ReplicationUnconfirmed",
     "ScheduleIncomplete",
     "SchemaError",
+    "ServerStalled",
     "SlotFailed",
     "SlotsFailed",
     "StartupFailed",
@@ -90,6 +92,13 @@ class StoreUnavailable(DelayqError, RuntimeError):
     Also MySQL, Redis or (for the cluster's status) ZooKeeper not answering when a
     client opens: the message names the store's host:port (never a password) and what
     to check."""
+
+
+class ServerStalled(StoreUnavailable):
+    """A call over several MySQL servers cut off one server's part: it had answered
+    nothing for mysql_stall_s while another server's part was done (a frozen server).
+    A read of it was not made; a write's outcome there is unknown (schedule_many names
+    those jobs in ScheduleIncomplete.unknown)."""
 
 
 class StoreMismatch(DelayqError, RuntimeError):

@@ -56,6 +56,7 @@ DATABASES = 6  # two logical shards per server
 FAILED = 1  # the server the faults strike (logical shards 2 and 3)
 HORIZON_MS = 4000  # small, so that most jobs wait in MySQL alone until due
 OUTAGE_S = 8.0
+FREEZE_S = 20.0  # a frozen batch's server: stopped this long (< mysql_statement_timeout_s)
 FAULT_AT_S = 5.0  # after the load began
 LOAD_S = 20.0
 SPREAD_JOBS = 3000  # due over ~20 s, scheduled before the fault
@@ -582,3 +583,99 @@ async def test_a_batch_whose_server_is_killed_mid_write(
     assert await rows_of(client, scheduled) == scheduled
     assert_calls_kept_their_word(producer, collector, rows)
     assert {fired[job_id] for job_id in scheduled} == {1}
+
+
+@pytest.mark.timeout(300)
+async def test_a_frozen_server_holds_back_only_its_own_jobs(
+    settings: Settings,
+    client: DelayClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
+) -> None:
+    """Server 1 stopped (SIGSTOP) for FREEZE_S, less than mysql_statement_timeout_s,
+    while a batch over every logical shard is scheduled (half the jobs with the caller's
+    ids, half with delayq's): before SIGCONT is sent, the batch has answered, the healthy
+    servers' jobs scheduled and fired, the frozen server's named unknown (its part cut
+    off mid-write after mysql_stall_s) or not scheduled. After SIGCONT an unknown job
+    either has its row and fires, or has none and never fires."""
+    name = "mysql-server-frozen-batch"
+    node = NodeProcess(settings, tmp_path, f"{name}-0")
+    pid = server_pid(FAILED)
+    woken_at: list[float] = []
+
+    async def wake_later() -> None:
+        try:
+            await asyncio.sleep(FREEZE_S)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            woken_at.append(time.time())
+
+    try:
+        await node.wait_ready()
+        async with reading(collector):
+            keyed = [f"k{uuid.uuid4().hex[:6]}-{n}" for n in range(60)]
+            jobs: list[dict[str, Any]] = [
+                {"topic": topic, "payload": {"n": n}, "delay": 0.5, "job_id": job_id}
+                for n, job_id in enumerate(keyed)
+            ] + [{"topic": topic, "payload": {"n": n}, "delay": 0.5} for n in range(60)]
+            os.kill(pid, signal.SIGSTOP)
+            wake = asyncio.create_task(wake_later())
+            try:
+                clock = time.monotonic()
+                with pytest.raises(ScheduleIncomplete) as raised:
+                    await client.schedule_many(jobs)
+                took_s = time.monotonic() - clock
+                outcome = raised.value
+                scheduled = set(outcome.scheduled)
+
+                async def healthy_fired() -> bool:
+                    return scheduled <= {str(r["job_id"]) for r in collector.records}
+
+                await wait_for(healthy_fired, timeout_s=90, interval_s=0.1)
+                # All of it before SIGCONT was sent.
+                assert not woken_at
+            finally:
+                await wake
+            server_of = Producer(client, topic).server_of
+            # Every healthy server's job was scheduled; every job of server 1 was named
+            # unknown or not scheduled.
+            assert {server_of(j) for j in scheduled} == {0, 2}
+            everyone = set(keyed) | scheduled | set(outcome.not_scheduled) | set(outcome.unknown)
+            assert len(everyone) == len(jobs)
+            lists = [scheduled, set(outcome.not_scheduled), set(outcome.unknown)]
+            assert sum(map(len, lists)) == len(jobs)
+            assert {server_of(j) for j in everyone - scheduled} == {FAILED}
+            assert {server_of(j) for j in everyone} == {0, 1, 2}
+            assert set(outcome.unknown) & set(keyed)  # a caller's id and one of delayq's
+            assert set(outcome.unknown) - set(keyed)
+
+            # After SIGCONT: a job not scheduled has no row and never fires; an unknown
+            # job that has a row fires, one that has none never does.
+            async def answering() -> bool:
+                return await answers(settings)
+
+            await wait_for(answering, timeout_s=60, interval_s=0.2)
+            unknown = set(outcome.unknown)
+            with_rows: set[str] = set()
+
+            async def settled() -> bool:
+                with_rows.update(await rows_of(client, unknown))
+                fired = {str(r["job_id"]) for r in collector.records}
+                return with_rows <= fired and await rows_of(client, unknown) == with_rows
+
+            await wait_for(settled, timeout_s=90, interval_s=0.5)
+            fired = {str(r["job_id"]) for r in collector.records}
+            assert await rows_of(client, set(outcome.not_scheduled)) == set()
+            assert fired & set(outcome.not_scheduled) == set()
+            assert fired & (unknown - with_rows) == set()
+            print(
+                f"[{name}] answered in {took_s:.2f} s of a {FREEZE_S:g} s freeze: "
+                f"scheduled {len(scheduled)} (all fired before SIGCONT), not "
+                f"scheduled {len(outcome.not_scheduled)}, unknown {len(unknown)} of which "
+                f"{len(with_rows)} had a row after SIGCONT and fired"
+            )
+    finally:
+        if not woken_at:
+            os.kill(pid, signal.SIGCONT)
+        node.kill()

@@ -140,11 +140,18 @@ class JobWriter:
         created: set[str] = set()
         if unique:
             try:
-                existing = set(await self.mysql.get_many(sorted(keyed))) if keyed else set()
+                rows, unread = await self.mysql.get_answering(sorted(keyed))
             except UNREACHABLE as exc:
                 raise StoreUnavailable(
                     f"MySQL is unreachable, nothing was scheduled: {exc}"
                 ) from exc
+            if unread:
+                # Their server did not answer (down, frozen): they are not written, and
+                # the other servers' jobs are scheduled all the same.
+                await self._store_around(
+                    unique, keyed, {job_id: error for ids, error in unread for job_id in ids}
+                )
+            existing = set(rows)
             new = [job.job_id for job in unique if job.job_id not in existing]
             inserted = await self.store(unique, keyed)
             if inserted is None or inserted == len(new):
@@ -198,6 +205,38 @@ class JobWriter:
             ) from exc
         return inserted
 
+    async def _store_around(
+        self, jobs: list[ValidJob], keyed: set[str], unread: dict[str, BaseException]
+    ) -> NoReturn:
+        """store() of the jobs but those in `unread` (caller's ids whose server did not
+        answer whether they exist), which are not written: raises what store() would,
+        ScheduleIncomplete naming those not scheduled."""
+        ids = [job.job_id for job in jobs]
+        slots = [slot_of(job_id, self.settings.slots) for job_id in ids]
+        skipped = [i for i, job_id in enumerate(ids) if job_id in unread]
+        writable = [i for i, job_id in enumerate(ids) if job_id not in unread]
+        cause = next(iter(unread.values()))
+        if not writable:
+            raise StoreUnavailable(
+                f"MySQL is unreachable, nothing was scheduled: {cause}"
+            ) from cause
+        try:
+            await self.mysql.insert_jobs([jobs[i] for i in writable], [slots[i] for i in writable])
+            done = PartialCommit(writable, skipped, [], cause)
+        except PartialCommit as exc:
+            done = PartialCommit(
+                [writable[i] for i in exc.committed],
+                sorted(skipped + [writable[i] for i in exc.refused]),
+                [writable[i] for i in exc.unknown],
+                exc.cause,
+                [writable[i] for i in exc.stalled],
+            )
+        except CommitUnknown as exc:
+            done = PartialCommit([], skipped, writable, exc)
+        except (*UNREACHABLE, StoreUnavailable) as exc:
+            raise StoreUnavailable(f"MySQL is unreachable, nothing was scheduled: {exc}") from exc
+        await self._partly_committed(jobs, slots, keyed, done)
+
     async def _partly_committed(
         self, jobs: list[ValidJob], slots: list[int], keyed: set[str], exc: PartialCommit
     ) -> NoReturn:
@@ -205,11 +244,17 @@ class JobWriter:
         Redis, and say which jobs are scheduled, which not, and which unknown."""
         ids = [job.job_id for job in jobs]
         committed, unknown = list(exc.committed), list(exc.unknown)
-        if unknown:
+        stalled = set(exc.stalled)
+        lost = [i for i in unknown if i not in stalled]
+        if lost:
             # As after a lost commit on one server: rows that are there were committed.
+            # Not on a server cut off for answering nothing (it would not answer now
+            # either), and within mysql_stall_s: no answer about the others waits.
             with contextlib.suppress(*UNREACHABLE, StoreUnavailable):
-                rows = await self.mysql.get_many([ids[i] for i in unknown])
-                committed += [i for i in unknown if ids[i] in rows]
+                rows, _ = await self.mysql.get_answering(
+                    [ids[i] for i in lost], self.settings.mysql_stall_s
+                )
+                committed += [i for i in lost if ids[i] in rows]
                 unknown = [i for i in unknown if ids[i] not in rows]
         committed.sort()
         note = ""

@@ -73,6 +73,9 @@ class Settings:
     mysql_shard_map: str = ""
     mysql_move_wait_s: float = 30.0  # how long a call waits out a shard move's switch
     mysql_statement_timeout_s: float = 30.0
+    # A call over several servers cuts off one that answered nothing this long while
+    # another's part is done: a frozen server holds back only its own jobs.
+    mysql_stall_s: float = 2.0
 
     # Input limits.
     payload_max_bytes: int = 65536
@@ -288,6 +291,7 @@ class Settings:
             "retention_interval_s",
             "mysql_move_wait_s",
             "mysql_statement_timeout_s",
+            "mysql_stall_s",
         ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")

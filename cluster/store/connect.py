@@ -29,7 +29,7 @@ from pymysql.constants import CLIENT, CR, ER
 from cluster.errors import InvalidJob, StoreAccessError
 from cluster.store.sql import session_init_extra
 
-__all__ = ["check_session_charset", "connect", "create_pool", "uses_tls"]
+__all__ = ["check_session_charset", "connect", "create_pool", "last_answer", "uses_tls"]
 
 
 def _not_encrypted(host: str, port: int, what: str) -> StoreAccessError:
@@ -41,8 +41,25 @@ def _not_encrypted(host: str, port: int, what: str) -> StoreAccessError:
     )
 
 
+# When each MySQL address last sent this process anything (the event loop's clock), by
+# (host, port): how a call over several servers tells a frozen server from a busy one
+# (cluster/store/routing.py, mysql_stall_s).
+_answered: dict[tuple[str, int], float] = {}
+
+
+def last_answer(host: str, port: int) -> float | None:
+    """When a connection to host:port last received a packet (loop time), if ever."""
+    return _answered.get((host, port))
+
+
 class _Connection(aiomysql.Connection):  # type: ignore[misc]
-    """An aiomysql connection that, with an "ssl" context, never logs in in plain text."""
+    """An aiomysql connection that, with an "ssl" context, never logs in in plain text,
+    and notes when its server last answered (last_answer)."""
+
+    async def _read_packet(self, *args: Any, **kwargs: Any) -> Any:
+        packet = await super()._read_packet(*args, **kwargs)
+        _answered[(self._host, self._port)] = self._loop.time()
+        return packet
 
     async def _request_authentication(self) -> None:
         # Runs right after the server's greeting is read and before the client's first

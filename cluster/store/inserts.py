@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pymysql
 from pymysql.constants import ER
 
-from cluster.errors import CommitUnknown
+from cluster.errors import CommitUnknown, ServerStalled
 from cluster.model.jobs import ValidJob
 from cluster.store import job_writes, sql
 
@@ -29,13 +29,21 @@ CONFLICT_RETRIES = 3
 
 class PartialCommit(Exception):
     """insert_jobs() over several servers where some did not commit: the indexes of the
-    jobs each way (every job in exactly one list). `cause`: one server's error."""
+    jobs each way (every job in exactly one list). `cause`: one server's error.
+    `stalled`: those of `unknown` whose server was cut off for answering nothing
+    (ServerStalled): not worth reading back at once."""
 
     def __init__(
-        self, committed: list[int], refused: list[int], unknown: list[int], cause: BaseException
+        self,
+        committed: list[int],
+        refused: list[int],
+        unknown: list[int],
+        cause: BaseException,
+        stalled: list[int] | None = None,
     ) -> None:
         super().__init__(f"{len(committed)} committed, {len(refused) + len(unknown)} not: {cause}")
         self.committed, self.refused, self.unknown, self.cause = committed, refused, unknown, cause
+        self.stalled = stalled or []
 
 
 async def insert_jobs(store: ShardedStore, jobs: Sequence[ValidJob], slots: Sequence[int]) -> int:
@@ -68,9 +76,10 @@ async def insert_jobs(store: ShardedStore, jobs: Sequence[ValidJob], slots: Sequ
                 with contextlib.suppress(pymysql.err.Error):
                     await conn.rollback()
 
-    # Each server on its own, all at once; one server fails as before (raises).
+    # Each server on its own, all at once; one server fails as before (raises). A server
+    # that stalls while the others are done is cut off: its jobs' outcome is unknown.
     parts, failures = await store.router.run_each_server(
-        {shard[0] for shard in by_shard}, insert, bounded=False
+        {shard[0] for shard in by_shard}, insert, bounded=False, stall=True
     )
     if not failures:
         return sum(parts)
@@ -78,16 +87,20 @@ async def insert_jobs(store: ShardedStore, jobs: Sequence[ValidJob], slots: Sequ
     committed: list[int] = []
     refused: list[int] = []
     unknown: list[int] = []
+    stalled: list[int] = []
     for shard, indexes in by_shard.items():
         error = failed.get(shard[0])
         if error is None:
             committed += indexes
         else:
-            (unknown if isinstance(error, CommitUnknown) else refused).extend(indexes)
+            uncertain = isinstance(error, CommitUnknown | ServerStalled)
+            (unknown if uncertain else refused).extend(indexes)
+            if isinstance(error, ServerStalled):
+                stalled.extend(indexes)
     cause = failures[0][1]
     if not committed and not unknown:
         raise cause  # nothing anywhere: as one server's failure
-    raise PartialCommit(sorted(committed), sorted(refused), sorted(unknown), cause)
+    raise PartialCommit(sorted(committed), sorted(refused), sorted(unknown), cause, sorted(stalled))
 
 
 async def _insert_on(

@@ -120,7 +120,7 @@ class MySQLStore(ShardedStore):
 
         # A server down holds back only its own shards' rows.
         found: dict[Shard, list[tuple[int, str, int]]] = {}
-        parts, _ = await self.router.run_each_server(self._known_dbs(), pages)
+        parts, _ = await self.router.run_each_server(self._known_dbs(), pages, stall=True)
         for part in parts:
             found.update(part)
         return found
@@ -156,7 +156,8 @@ class MySQLStore(ShardedStore):
     ) -> tuple[dict[str, JobRecord], list[tuple[list[str], BaseException]]]:
         """The rows of these jobs that the servers answering (within timeout_s, default
         mysql_statement_timeout_s) hold, and the jobs whose server did not answer, with
-        its error: a server down or frozen holds back only its own."""
+        its error: a server down or frozen holds back only its own (one silent for
+        mysql_stall_s while another has answered is cut off: ServerStalled)."""
         by_shard = self.by_shard(job_ids)
 
         async def read(conn: Any, dbs: list[int]) -> dict[str, JobRecord]:
@@ -181,7 +182,7 @@ class MySQLStore(ShardedStore):
             return {}, []
         dbs = {shard[0] for shard in by_shard}
         bounded = True if timeout_s is None else timeout_s
-        parts, failures = await self.router.run_each_server(dbs, read, bounded=bounded)
+        parts, failures = await self.router.run_each_server(dbs, read, bounded=bounded, stall=True)
         results: dict[str, JobRecord] = {}
         for part in parts:
             results.update(part)

@@ -21,8 +21,9 @@ from typing import Any, TypeVar
 import aiomysql
 import pymysql
 
-from cluster.errors import StoreUnavailable
+from cluster.errors import ServerStalled, StoreUnavailable
 from cluster.settings.config import Settings
+from cluster.store import connect, sql
 from cluster.store.servers import ServerSpec
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class ShardRouter:
         self.in_transit: set[int] = set()  # moved or copying somewhere, home nowhere
         self._looked_at = -1e9
         self.closed = False
+        self._addresses = {spec.index: _addresses_of(spec) for spec in servers}
 
     # ----- pools -------------------------------------------------------------------------
 
@@ -291,10 +293,12 @@ class ShardRouter:
         work: Callable[[Any, list[int]], Awaitable[T]],
         *,
         bounded: bool | float = True,
+        stall: bool = False,
     ) -> tuple[list[T], list[tuple[list[int], BaseException]]]:
         """As run_grouped, but the servers that answered give their results and the
         others are named: (results, [(their logical shards, the error)]). A shard with
-        no known home fails at once."""
+        no known home fails at once. `stall`: cut off a server silent for mysql_stall_s
+        once another's part is done (each_server)."""
         by_server: dict[int, list[int]] = defaultdict(list)
         failures: list[tuple[list[int], BaseException]] = []
         for d in sorted(set(dbs)):
@@ -305,9 +309,9 @@ class ShardRouter:
         if len(by_server) == 1 and not failures:
             [(server, group)] = by_server.items()
             return await self._run_group(server, group, work, bounded), []
-        results = await asyncio.gather(
-            *(self._run_group(s, g, work, bounded) for s, g in by_server.items()),
-            return_exceptions=True,
+        results = await self.each_server(
+            {s: self._run_group(s, g, work, bounded) for s, g in by_server.items()},
+            stall=stall,
         )
         parts: list[T] = []
         for group, result in zip(by_server.values(), results, strict=True):
@@ -318,6 +322,72 @@ class ShardRouter:
             else:
                 parts.extend(result)
         return parts, failures
+
+    def answered_at(self, server: int | None) -> float | None:
+        """When any connection to the server last received something (loop time)."""
+        if server is None or server not in self._addresses:
+            return None
+        times = [connect.last_answer(*address) for address in self._addresses[server]]
+        return max((t for t in times if t is not None), default=None)
+
+    async def each_server(
+        self, parts: dict[int | None, Awaitable[T]], *, stall: bool = True
+    ) -> list[T | BaseException]:
+        """Each server's part (by server index; None: shards with no known home) at
+        once, and each one's result or exception, in order. With `stall`, once some part
+        has ended, a server that has answered nothing (on any connection) for
+        mysql_stall_s is cut off: its part is cancelled (a statement cut off closes its
+        connection) and ends in ServerStalled, so that a frozen server holds back no
+        other's work. Without (a long count or search, whose server may send nothing
+        for a while), each part ends on its own."""
+        if not stall:
+            return list(await asyncio.gather(*parts.values(), return_exceptions=True))
+        stall_s = self.settings.mysql_stall_s
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        tasks = {server: asyncio.ensure_future(part) for server, part in parts.items()}
+        cut: dict[int | None, float] = {}
+        try:
+            pending = set(tasks.values())
+            while pending:
+                some_ended = len(pending) < len(tasks)
+                _, pending = await asyncio.wait(
+                    pending,
+                    timeout=stall_s / 4 if some_ended else None,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if not pending or len(pending) == len(tasks):
+                    continue
+                now = loop.time()
+                for server, task in tasks.items():
+                    if task.done() or server in cut:
+                        continue
+                    silent = now - max(started, self.answered_at(server) or started)
+                    if silent >= stall_s:
+                        cut[server] = silent
+                        task.cancel()
+        except BaseException:
+            for task in tasks.values():
+                task.cancel()
+            await asyncio.wait(tasks.values())
+            raise
+        results: list[T | BaseException] = []
+        for server, task in tasks.items():
+            if server in cut and task.cancelled():
+                where = "shards with no known home" if server is None else self.servers[server]
+                results.append(
+                    ServerStalled(
+                        f"{where} answered nothing for {cut[server]:.1f} s while the other "
+                        f"MySQL servers had answered (mysql_stall_s {stall_s} s): its part was "
+                        "cut off (a write there of unknown outcome)"
+                    )
+                )
+            elif task.cancelled():
+                results.append(asyncio.CancelledError())
+            else:
+                error = task.exception()
+                results.append(task.result() if error is None else error)
+        return results
 
     async def _run_group(
         self,
@@ -336,3 +406,9 @@ class ShardRouter:
             deadline = asyncio.get_running_loop().time() + self.settings.mysql_move_wait_s
             await self._after_missing_table(group, server, deadline, exc)
         return await self.run_grouped(group, work, bounded=bounded)
+
+
+def _addresses_of(spec: ServerSpec) -> list[tuple[str, int]]:
+    args = sql.parse_mysql_url(spec.url)
+    found: list[tuple[str, int]] = args.get("addresses") or [(args["host"], args["port"])]
+    return found

@@ -65,7 +65,7 @@ def _wrong_redis_password(settings: Settings) -> Settings:
 
 
 def _wrong_mysql_password(settings: Settings) -> Settings:
-    return settings.replace(mysql_url=settings.mysql_url.replace("delayq:", "delayq:x", 1))
+    return settings.replace(mysql_url=settings.mysql_url.replace("@", "x@", 1))
 
 
 def _plain_redis(settings: Settings) -> Settings:
@@ -167,7 +167,7 @@ def test_redis_url_errors_hide_the_password() -> None:
 @pytest.mark.parametrize(
     ("case", "expected"),
     [
-        ("wrong password", "access denied for user 'delayq': wrong user or password$"),
+        ("wrong password", "access denied for user 'delayq_admin': wrong user or password$"),
         ("plain text to a REQUIRE SSL account", "the account requires TLS"),
         ("a CA that is not the stack's", "certificate is not trusted"),
     ],

@@ -9,6 +9,8 @@ It may import every layer below the CLI (tests/unit/test_layout.py).
   fetched with Maven), ``tansu``: one service each: how to prepare, start and probe it
   (and, in the secure stack, with TLS and passwords)
 - ``kafka_acls``: the Kafka ACLs of docs/security.md, which the secure stack applies
+- ``mysql_grants``: the MySQL grants of docs/security.md, from which the secure stack
+  makes its MySQL users
 - ``brokers``: which Kafka broker the stack runs (Apache Kafka or Tansu) and what
   follows from it: its services, bootstrap list and client settings
 - ``mysql_servers``: the extra MariaDB servers of ``--mysql-servers N`` (mysql-1, …)

@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from cluster.devstack import mysql_grants as grants
 from cluster.devstack.packages import require_program
 from cluster.devstack.service import (
     HOST,
@@ -196,7 +197,16 @@ def setup(svc: Service) -> None:
             f"GRANT ALL PRIVILEGES ON `{MYSQL_DATABASE}`.* TO {account}",
             f"GRANT ALL PRIVILEGES ON `{MYSQL_DATABASE}\\_%`.* TO {account}",
         ]
-    # The administrator authenticates with unix_socket: the OS user of the install.
+    if svc.secrets is not None:
+        # docs/security.md's users, from the page's own statements.
+        passwords = {user: svc.secrets.password(name) for user, name in grants.USERS.items()}
+        statements += grants.account_statements(passwords)
+    run_as_administrator(svc, statements)
+
+
+def run_as_administrator(svc: Service, statements: list[str]) -> None:
+    """Run SQL statements as the server's administrator, who authenticates with
+    unix_socket: the OS user of the install (through stdin, never a command line)."""
     admin = "root" if os.geteuid() == 0 else _os_user()
     _client(
         svc,
@@ -205,6 +215,11 @@ def setup(svc: Service) -> None:
         f"--user={admin}",
         sql=";\n".join(statements) + ";\n",
     )
+
+
+def grant_documented_tables(svc: Service, database: str, tables: int) -> None:
+    """docs/security.md's table-level grants on a migrated database of this server."""
+    run_as_administrator(svc, grants.table_statements(database, tables))
 
 
 def probe(svc: Service) -> None:

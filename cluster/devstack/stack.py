@@ -51,6 +51,7 @@ from cluster.devstack import (
     brokers,
     kafka,
     mariadb,
+    mysql_grants,
     port_memory,
     processes,
     redis_server,
@@ -210,8 +211,8 @@ def _secure_env() -> dict[str, str]:
         "DELAYQ_REDIS_URL": redis_url(secure_stack.REDIS_USER, keys.password("redis_delayq")),
         "DELAYQ_REDIS_SSL_CAFILE": ca,
         "DELAYQ_MYSQL_URL": (
-            f"mysql://{MYSQL_USER}:{keys.password('mysql_delayq')}@{HOST}:{mysql_port}/"
-            f"{MYSQL_DATABASE}"
+            f"mysql://{mysql_grants.ADMIN_USER}:{keys.password('mysql_admin')}@{HOST}:"
+            f"{mysql_port}/{MYSQL_DATABASE}"
         ),
         "DELAYQ_MYSQL_SSL_CA": ca,
         "DELAYQ_ZK_HOSTS": zk_ensemble.hosts(stack_root(True), secure=True),

@@ -1,5 +1,5 @@
 """docs/security.md's recipes are what the secure local stack applies: its Kafka ACLs
-(cluster/devstack/kafka_acls.py)."""
+(cluster/devstack/kafka_acls.py) and its MySQL grants (cluster/devstack/mysql_grants.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.devstack import kafka_acls
+from cluster.devstack import kafka_acls, mysql_grants
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 
@@ -56,3 +56,30 @@ def test_only_the_nodes_may_touch_the_journal() -> None:
 def test_an_unknown_operation_is_refused() -> None:
     with pytest.raises(ValueError, match="not a Kafka ACL"):
         kafka_acls.Acl("someone", ("Alter",), "topic", "x")
+
+
+def test_the_documented_mysql_grants_are_the_stacks() -> None:
+    assert code_block(section("## MySQL grants"), "sql") == mysql_grants.DOCUMENTED
+
+
+def test_the_stack_makes_every_documented_user() -> None:
+    made = [s.split("'")[1] for s in mysql_grants.statements() if s.startswith("CREATE USER")]
+    assert made == list(mysql_grants.USERS)
+    accounts = mysql_grants.account_statements({user: f"pw-{user}" for user in made})
+    assert sum(s.startswith("CREATE USER IF NOT EXISTS") for s in accounts) == len(made)
+    assert "'…'" not in " ".join(accounts)
+    assert "GRANT ALL PRIVILEGES ON `delayq\\_%`.* TO 'delayq_admin'@'%'" in accounts
+
+
+def test_the_table_grants_repeat_for_each_table() -> None:
+    granted = mysql_grants.table_statements("delayq_x", 2)
+    assert "GRANT SELECT ON `delayq_x`.`delayq_shards` TO 'shop'@'%'" in granted
+    for n in ("0000", "0001"):
+        assert (
+            f"GRANT SELECT, INSERT ON `delayq_x`.`job_history_{n}` TO 'delayq_producer'@'%'"
+            in granted
+        )
+        assert f"GRANT SELECT (job_id), INSERT, UPDATE ON `delayq_x`.`job_{n}` TO 'shop'@'%'" in (
+            granted
+        )
+    assert not [s for s in granted if "0002" in s or "`.*" in s or "`delayq`." in s]

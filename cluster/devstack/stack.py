@@ -25,9 +25,10 @@ InitProducerId, so ``stack_env()`` then turns the idempotent producer off.
 
 ``--secure`` (``up(secure=True)`` …) acts on a second, separate stack under
 ``$DELAYQ_STATE_DIR/secure``, on ports of its own so both run side by side: Redis TLS-only
-on 16380 (cluster: 17011–17013) with ACL users, MariaDB on 13307 whose delayq user must use
-TLS, ZooKeeper on 12182 (an ensemble: also 12282, 12382), and Kafka on 19093 with SASL_SSL
-(SCRAM-SHA-512; with Tansu: TLS only, a stunnel front on 19093 before Tansu on 19094). Its
+on 16380 (cluster: 17011–17013) with ACL users, MariaDB on 13307 whose users (docs/security.md's
+grants, cluster/devstack/mysql_grants.py) must use TLS, ZooKeeper on 12182 (an ensemble: also
+12282, 12382), and Kafka on 19093 with SASL_SSL (SCRAM-SHA-512, a user per role, an authorizer
+with the documented ACLs; with Tansu: TLS only, a stunnel front on 19093 before Tansu on 19094). Its
 CA, certificate and passwords are made once (cluster/devstack/secure.py);
 ``stack_env(secure=True)`` names them. See docs/security.md.
 

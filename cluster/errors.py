@@ -12,7 +12,8 @@ docs/client.md lists when each is raised and what to do about it.
     │       └── ZooKeeperAccessError
     ├── InvalidJob (ValueError)           a job was refused; nothing was written
     ├── StoreUnavailable                  MySQL (or Redis, at open) unreachable
-    │   └── ServerStalled                 a MySQL server answered nothing for a while
+    │   ├── ServerStalled                 a MySQL server answered nothing for a while
+    │   └── ShardHomeConflict             two MySQL servers claim one logical shard
     ├── StoreMismatch                     schedule_in() got a connection that can't write
     ├── OutcomeUnknown                    may or may not have happened: .job_ids
     │   ├── CommitUnknown                 the MySQL commit's answer was lost
@@ -47,6 +48,7 @@ __all__ = [
     "ScheduleIncomplete",
     "SchemaError",
     "ServerStalled",
+    "ShardHomeConflict",
     "SlotFailed",
     "SlotsFailed",
     "StartupFailed",
@@ -99,6 +101,18 @@ class ServerStalled(StoreUnavailable):
     nothing for mysql_stall_s while another server's part was done (a frozen server).
     A read of it was not made; a write's outcome there is unknown (schedule_many names
     those jobs in ScheduleIncomplete.unknown)."""
+
+
+class ShardHomeConflict(StoreUnavailable):
+    """Two MySQL servers both say they serve one logical shard (each has its
+    delayq_shards row in state home): writes to that shard are refused, nothing written,
+    until `delayq db homes --resolve SHARD --server N` leaves one home. `shard` and
+    `servers` (their names) say which."""
+
+    def __init__(self, message: str, shard: int, servers: list[str]) -> None:
+        super().__init__(message)
+        self.shard = shard
+        self.servers = servers
 
 
 class StoreMismatch(DelayqError, RuntimeError):

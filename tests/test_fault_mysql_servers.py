@@ -632,7 +632,7 @@ async def test_a_frozen_server_holds_back_only_its_own_jobs(
                 async def healthy_fired() -> bool:
                     return scheduled <= {str(r["job_id"]) for r in collector.records}
 
-                await wait_for(healthy_fired, timeout_s=90, interval_s=0.1)
+                assert await wait_for(healthy_fired, timeout_s=90, interval_s=0.1)
                 # All of it before SIGCONT was sent.
                 assert not woken_at
             finally:
@@ -655,7 +655,7 @@ async def test_a_frozen_server_holds_back_only_its_own_jobs(
             async def answering() -> bool:
                 return await answers(settings)
 
-            await wait_for(answering, timeout_s=60, interval_s=0.2)
+            assert await wait_for(answering, timeout_s=60, interval_s=0.2)
             unknown = set(outcome.unknown)
             with_rows: set[str] = set()
 
@@ -664,7 +664,7 @@ async def test_a_frozen_server_holds_back_only_its_own_jobs(
                 fired = {str(r["job_id"]) for r in collector.records}
                 return with_rows <= fired and await rows_of(client, unknown) == with_rows
 
-            await wait_for(settled, timeout_s=90, interval_s=0.5)
+            assert await wait_for(settled, timeout_s=90, interval_s=0.5)
             fired = {str(r["job_id"]) for r in collector.records}
             assert await rows_of(client, set(outcome.not_scheduled)) == set()
             assert fired & set(outcome.not_scheduled) == set()

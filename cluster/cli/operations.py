@@ -1,6 +1,6 @@
 """The commands that act on the cluster and its databases: `delayq db migrate`, `db
-prune` (retention), `db move-shard` (cluster/cli/shards.py), `cluster status` and
-`recover`.
+prune` (retention), `db move-shard` and `db homes` (cluster/cli/shards.py), `cluster
+status` and `recover`.
 
 Each command takes the settings and the parsed arguments and returns the exit code; the
 store, the status reader, the client and the reconciler are imported when it runs.
@@ -20,10 +20,16 @@ from cluster.settings.config import Settings
 
 
 def db(settings: Settings, args: argparse.Namespace) -> int:
-    if args.action == "move-shard":
-        from cluster.cli.shards import move_shard
+    if args.action in ("move-shard", "homes"):
+        from cluster.cli.shards import homes, move_shard
 
-        return move_shard(settings, args)
+        return (move_shard if args.action == "move-shard" else homes)(settings, args)
+    if args.resolve is not None or args.server is not None:
+        print(
+            f"delayq db {args.action}: --resolve and --server belong to homes; nothing was done",
+            file=sys.stderr,
+        )
+        return 2
     if args.shard is not None or args.to is not None:
         print(
             f"delayq db {args.action}: SHARD and --to belong to move-shard; nothing was done",

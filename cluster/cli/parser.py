@@ -139,7 +139,7 @@ def _add_services(commands: Commands) -> None:
 
 
 def _add_db(commands: Commands) -> None:
-    """`delayq db migrate|prune|move-shard`."""
+    """`delayq db migrate|prune|move-shard|homes`."""
     db = commands.add_parser(
         "db",
         help="database schema and retention",
@@ -157,11 +157,20 @@ def _add_db(commands: Commands) -> None:
         "to another MySQL server while nodes and producers run: copy its rows, catch up, "
         "switch (its tables on the old server are renamed into <main>_SHARD_moved, kept "
         "until you drop them), final copy; prints progress and, at the end, the rows "
-        "copied and the pause. Run it again after a crash: it goes on where it stopped "
-        "(docs/cluster.md).",
+        "copied and the pause. Run it again after a crash: it goes on where it stopped. "
+        "homes: each logical shard's delayq_shards row on every server, and the shards "
+        "several servers say home for (exit 1 then); --resolve SHARD --server N leaves N "
+        "its only home, moving the other's jobs to N when only the other holds some, and "
+        "refuses when several hold jobs (docs/cluster.md).",
     )
     db.add_argument(
-        "action", choices=["migrate", "prune", "move-shard"], help="migrate, prune or move-shard"
+        "action",
+        choices=["migrate", "prune", "move-shard", "homes"],
+        help="migrate, prune, move-shard or homes",
+    )
+    db.add_argument("--resolve", metavar="SHARD", type=_shard_index, help="homes: the shard")
+    db.add_argument(
+        "--server", metavar="N", help="homes --resolve (required): the home to keep, as --to"
     )
     db.add_argument(
         "shard",

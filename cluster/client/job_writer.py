@@ -26,6 +26,7 @@ from cluster.errors import (
     OutcomeUnknown,
     RedisStepFailed,
     ScheduleIncomplete,
+    ShardHomeConflict,
     SlotsFailed,
     StoreMismatch,
     StoreUnavailable,
@@ -187,6 +188,8 @@ class JobWriter:
                 raise unknown from exc
         except PartialCommit as exc:
             await self._partly_committed(jobs, slots, keyed, exc)
+        except ShardHomeConflict:
+            raise  # nothing was scheduled: said as it is
         except (*UNREACHABLE, StoreUnavailable) as exc:
             raise StoreUnavailable(f"MySQL is unreachable, nothing was scheduled: {exc}") from exc
         else:
@@ -233,6 +236,8 @@ class JobWriter:
             )
         except CommitUnknown as exc:
             done = PartialCommit([], skipped, writable, exc)
+        except ShardHomeConflict:
+            raise  # nothing was scheduled: said as it is
         except (*UNREACHABLE, StoreUnavailable) as exc:
             raise StoreUnavailable(f"MySQL is unreachable, nothing was scheduled: {exc}") from exc
         await self._partly_committed(jobs, slots, keyed, done)

@@ -8,6 +8,12 @@ every server at open; a statement that meets 1146 reads them again and runs once
 the shard's new home, waiting up to mysql_move_wait_s while no server is home (the
 switch of a move). A server without the table yet (before `db migrate`) is taken to
 hold what mysql_shard_map places on it.
+
+Two servers saying home for one shard (a stale or hand-made row) would split its jobs:
+the shard is then served by neither, every call on it raising ShardHomeConflict, until
+`delayq db homes --resolve` leaves one home (cluster/store/shard_homes.py). The homes are
+read again in the background while a server is down (one that comes back may claim a
+shard another serves meanwhile) or such a conflict lasts, and now and then otherwise.
 """
 
 from __future__ import annotations
@@ -21,10 +27,11 @@ from typing import Any, TypeVar
 import aiomysql
 import pymysql
 
-from cluster.errors import ServerStalled, StoreUnavailable
+from cluster.errors import ShardHomeConflict, StoreUnavailable
 from cluster.settings.config import Settings
 from cluster.store import connect, sql
 from cluster.store.servers import ServerSpec
+from cluster.store.stalls import gather_servers
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +42,11 @@ UNKNOWN_DATABASE = 1049
 HOME, COPYING, MOVED = "home", "copying", "moved"
 # How often a call waiting out a move's switch looks for the new home.
 SWITCH_POLL_S = 0.05
-# Unknown shards (their server down at the last look) are looked for at most this often.
+# Unknown shards (their server down at the last look) are looked for at most this often,
+# and while a server is down or a shard has two homes the homes are read again in the
+# background this often; otherwise every RECHECK_EVERY_S, for a home row changed by hand.
 REDISCOVER_EVERY_S = 1.0
+RECHECK_EVERY_S = 10.0
 
 # What a statement on a shard raises when its server is down or not known: a pass over
 # every shard goes on with the others, and fails (to be run again) at the end.
@@ -97,7 +107,9 @@ class ShardRouter:
         self.homes: dict[int, int] = {}  # logical shard -> server index
         self.down: dict[int, str] = {}  # server index -> why it did not answer at the last look
         self.in_transit: set[int] = set()  # moved or copying somewhere, home nowhere
+        self.conflicts: dict[int, list[int]] = {}  # logical shard -> servers saying home
         self._looked_at = -1e9
+        self._recheck: asyncio.Task[None] | None = None
         self.closed = False
         self._addresses = {spec.index: _addresses_of(spec) for spec in servers}
 
@@ -120,6 +132,10 @@ class ShardRouter:
 
     async def close(self) -> None:
         self.closed = True  # until the store opens again: no pool opens meanwhile
+        recheck, self._recheck = self._recheck, None
+        if recheck is not None and not recheck.done():
+            recheck.cancel()
+            await asyncio.wait([recheck])
         pools, self._pools = self._pools, {}
         for pool in pools.values():
             pool.close()
@@ -135,7 +151,7 @@ class ShardRouter:
         found = await asyncio.gather(
             *(self.shards_of(spec) for spec in self.servers), return_exceptions=True
         )
-        homes: dict[int, int] = {}
+        claims: dict[int, list[int]] = defaultdict(list)  # servers saying home
         moving: set[int] = set()  # said moved or copying by some server
         for spec, rows in zip(self.servers, found, strict=True):
             if isinstance(rows, BaseException):
@@ -145,22 +161,44 @@ class ShardRouter:
                 continue
             self.down.pop(spec.index, None)
             for d, state in rows.items():
-                if state != HOME:
-                    moving.add(d)
-                    continue
-                if d in homes and homes[d] != spec.index:
-                    log.error(
-                        "logical shard %d says home on %s and %s; using neither until one "
-                        "is fixed (docs/cluster.md)",
-                        d,
-                        self.servers[homes[d]],
-                        spec,
-                    )
-                    homes[d] = -1
+                if state == HOME:
+                    claims[d].append(spec.index)
                 else:
-                    homes[d] = spec.index
-        self.homes = {d: s for d, s in homes.items() if s >= 0}
-        self.in_transit = moving - set(homes)
+                    moving.add(d)
+        conflicts = {d: servers for d, servers in claims.items() if len(servers) > 1}
+        for d, servers in conflicts.items():
+            if self.conflicts.get(d) != servers:
+                log.error("%s", self.conflict_error(d, servers))
+        self.conflicts = conflicts
+        self.homes = {d: servers[0] for d, servers in claims.items() if len(servers) == 1}
+        self.in_transit = moving - set(claims)
+
+    def conflict_error(self, d: int, servers: list[int]) -> ShardHomeConflict:
+        names = [str(self.servers[i]) for i in servers]
+        return ShardHomeConflict(
+            f"logical shard {d} says home on {' and '.join(names)}: calls on it are refused "
+            f"until one home is left (`delayq db homes`, then `delayq db homes --resolve {d} "
+            "--server N`: docs/cluster.md)",
+            d,
+            names,
+        )
+
+    def _recheck_now_and_then(self) -> None:
+        """Read the homes again in the background when it is time (module docstring)."""
+        if self.closed or (self._recheck is not None and not self._recheck.done()):
+            return
+        loop = asyncio.get_running_loop()
+        every = REDISCOVER_EVERY_S if self.down or self.conflicts else RECHECK_EVERY_S
+        if loop.time() - self._looked_at < every:
+            return
+
+        async def recheck() -> None:
+            try:
+                await self.discover()
+            except Exception as exc:  # the next call tries again
+                log.warning("reading where the logical shards live failed: %s", exc)
+
+        self._recheck = loop.create_task(recheck())
 
     async def shards_of(self, spec: ServerSpec, bounded: bool | float = True) -> dict[int, str]:
         """Server spec's delayq_shards rows (recorded_shards)."""
@@ -174,10 +212,14 @@ class ShardRouter:
 
     async def home_of(self, d: int) -> int:
         """The index of the server serving logical shard d; StoreUnavailable when no
-        server that answers says it is home (looked for again at most once a second)."""
+        server that answers says it is home (looked for again at most once a second);
+        ShardHomeConflict when several say so."""
+        self._recheck_now_and_then()
         home = self.homes.get(d)
         if home is not None:
             return home
+        if d in self.conflicts:
+            raise self.conflict_error(d, self.conflicts[d])
         loop = asyncio.get_running_loop()
         if loop.time() - self._looked_at >= REDISCOVER_EVERY_S:
             await self.discover()
@@ -189,6 +231,8 @@ class ShardRouter:
         home = self.homes.get(d)
         if home is not None:
             return home
+        if d in self.conflicts:
+            raise self.conflict_error(d, self.conflicts[d])
         down = "; ".join(f"{self.servers[i]}: {why}" for i, why in sorted(self.down.items()))
         raise StoreUnavailable(
             f"no MySQL server that answers serves logical shard {d}"
@@ -342,52 +386,12 @@ class ShardRouter:
         for a while), each part ends on its own."""
         if not stall:
             return list(await asyncio.gather(*parts.values(), return_exceptions=True))
-        stall_s = self.settings.mysql_stall_s
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        tasks = {server: asyncio.ensure_future(part) for server, part in parts.items()}
-        cut: dict[int | None, float] = {}
-        try:
-            pending = set(tasks.values())
-            while pending:
-                some_ended = len(pending) < len(tasks)
-                _, pending = await asyncio.wait(
-                    pending,
-                    timeout=stall_s / 4 if some_ended else None,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if not pending or len(pending) == len(tasks):
-                    continue
-                now = loop.time()
-                for server, task in tasks.items():
-                    if task.done() or server in cut:
-                        continue
-                    silent = now - max(started, self.answered_at(server) or started)
-                    if silent >= stall_s:
-                        cut[server] = silent
-                        task.cancel()
-        except BaseException:
-            for task in tasks.values():
-                task.cancel()
-            await asyncio.wait(tasks.values())
-            raise
-        results: list[T | BaseException] = []
-        for server, task in tasks.items():
-            if server in cut and task.cancelled():
-                where = "shards with no known home" if server is None else self.servers[server]
-                results.append(
-                    ServerStalled(
-                        f"{where} answered nothing for {cut[server]:.1f} s while the other "
-                        f"MySQL servers had answered (mysql_stall_s {stall_s} s): its part was "
-                        "cut off (a write there of unknown outcome)"
-                    )
-                )
-            elif task.cancelled():
-                results.append(asyncio.CancelledError())
-            else:
-                error = task.exception()
-                results.append(task.result() if error is None else error)
-        return results
+        return await gather_servers(
+            parts,
+            self.settings.mysql_stall_s,
+            self.answered_at,
+            lambda s: "shards with no known home" if s is None else str(self.servers[s]),
+        )
 
     async def _run_group(
         self,

@@ -1,0 +1,71 @@
+"""Running each MySQL server's part of a call at once, without letting a frozen server
+hold back the others: once some part has ended, a server that has answered nothing (on
+any connection of this process) for mysql_stall_s is cut off, and its part ends in
+ServerStalled (cluster/store/routing.py's ShardRouter.each_server; docs/cluster.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable
+from typing import TypeVar
+
+from cluster.errors import ServerStalled
+
+T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
+
+
+async def gather_servers(
+    parts: dict[K, Awaitable[T]],
+    stall_s: float,
+    answered_at: Callable[[K], float | None],
+    name: Callable[[K], str],
+) -> list[T | BaseException]:
+    """Each part (by server) at once, and each one's result or exception, in order.
+    answered_at(server): when it last answered anything (loop time), if known. A part
+    cut off is cancelled (a statement cut off closes its connection, never reused)."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    tasks = {server: asyncio.ensure_future(part) for server, part in parts.items()}
+    cut: dict[K, float] = {}
+    try:
+        pending = set(tasks.values())
+        while pending:
+            some_ended = len(pending) < len(tasks)
+            _, pending = await asyncio.wait(
+                pending,
+                timeout=stall_s / 4 if some_ended else None,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if not pending or len(pending) == len(tasks):
+                continue
+            now = loop.time()
+            for server, task in tasks.items():
+                if task.done() or server in cut:
+                    continue
+                silent = now - max(started, answered_at(server) or started)
+                if silent >= stall_s:
+                    cut[server] = silent
+                    task.cancel()
+    except BaseException:
+        for task in tasks.values():
+            task.cancel()
+        await asyncio.wait(tasks.values())
+        raise
+    results: list[T | BaseException] = []
+    for server, task in tasks.items():
+        if server in cut and task.cancelled():
+            results.append(
+                ServerStalled(
+                    f"{name(server)} answered nothing for {cut[server]:.1f} s while the other "
+                    f"MySQL servers had answered (mysql_stall_s {stall_s} s): its part was "
+                    "cut off (a write there of unknown outcome)"
+                )
+            )
+        elif task.cancelled():
+            results.append(asyncio.CancelledError())
+        else:
+            error = task.exception()
+            results.append(task.result() if error is None else error)
+    return results

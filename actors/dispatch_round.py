@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from cluster.errors import LeaseLapsed
 from cluster.model.envelope import (
     Fire,
     due_topic_and_field,
@@ -284,3 +285,20 @@ def error_of(future: asyncio.Future[object], delivery_timeout_ms: int) -> str | 
 def describe(exc: BaseException) -> str:
     """An error as recorded with a job (type and message, at most 500 characters)."""
     return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def lapsed_futures(count: int) -> list[asyncio.Future[object]]:
+    """Failed futures for records not handed to the producer: the lease lapsed."""
+    loop = asyncio.get_running_loop()
+    futures: list[asyncio.Future[object]] = []
+    for _ in range(count):
+        future = loop.create_future()
+        future.set_exception(LeaseLapsed("ZooKeeper has not confirmed this node's slots"))
+        futures.append(future)
+    return futures
+
+
+def lapsed(future: asyncio.Future[object]) -> bool:
+    """Whether a record was not handed to the producer because the lease lapsed (its
+    job stays in flight for the slot's owner: neither acked nor nacked)."""
+    return future.done() and not future.cancelled() and isinstance(future.exception(), LeaseLapsed)

@@ -7,29 +7,27 @@ slot for the published jobs (again one round trip) and one nack run per slot and
 distinct error for the rest. The ack journals "fired" for the recorder, which marks the
 MySQL rows. A crash anywhere in between leaves the jobs in flight; the retry-reaper
 returns them after their deadline (a claim whose reply was lost: the next round, see
-actors/claims.py), so a crash can cause a duplicate, never a loss.
+actors/claims.py; a dead node's, when its session ends), so a crash can cause a
+duplicate, never a loss. Nothing is published while the node's lease has lapsed
+(actors/ownership.py): those jobs stay in flight too. Fire advance: a claim can return
+jobs not due yet, held in the round's task until due (actors/dispatch_round.py).
+Expiry: claim.lua expires a job whose due time + expires_after has passed rather than
+claim it (nack.lua, a failed publish whose retry would come after that), so a job is
+never published after its expiry; claim reports how many expired, for the metrics.
 
-Fire advance: a claim can return jobs that are not due yet; each is held in the round's
-task and published once the Redis clock has passed its due time (actors/dispatch_round.py).
-
-Expiry: claim.lua does not claim a job whose due time + expires_after has passed; it
-expires instead (and a failed publish whose retry would come after that expires in
-nack.lua), so a job claimed after its expiry is never published. claim reports how many
-expired, for the metrics.
-
-Exactly-once (delivery = exactly_once, actors/transactions.py): the records of each
-slot go to Kafka in a transaction of the slot's own producer, with a journal record
-naming its jobs; the transaction's outcome replaces the broker's acknowledgement. Claims
-wait for a replica (with redis_wait_replicas), and a round whose outcome stays unknown
+Exactly-once (delivery = exactly_once, actors/transactions.py): the records of each slot
+go to Kafka in a transaction of the slot's own producer, with a journal record naming
+its jobs; the transaction's outcome replaces the broker's acknowledgement. Claims wait
+for a replica (with redis_wait_replicas), and a round whose outcome stays unknown
 neither acks nor nacks: its jobs stay in flight until the reaper has read the journal.
 
 A claimed job whose envelope is still lean (lua/add.lua; the filler had not reached it:
 rescheduled or retried close to its time, replayed, or the filler behind or down) gets
-its tail from its MySQL row, one read for all such jobs of a round, so it fires the
-same record bytes as a full envelope would have. When MySQL does not answer, those
-jobs are released (lua/release.lua): back to the delay zset, due again after
-retry_backoff_ms, the attempt not counted, since nothing was tried. A lean job MySQL
-has no row of cannot be built at all: it fails its attempt like an unpublishable one.
+its tail from its MySQL row, one read for all such jobs of a round, so it fires the same
+record bytes as a full envelope would have. When MySQL does not answer, those jobs are
+released (lua/release.lua): back to the delay zset, due again after retry_backoff_ms,
+the attempt not counted, since nothing was tried. A lean job MySQL has no row of cannot
+be built at all: it fails its attempt like an unpublishable one.
 """
 
 from __future__ import annotations
@@ -51,6 +49,8 @@ from actors.dispatch_round import (
     Tails,
     broker_answers,
     describe,
+    lapsed,
+    lapsed_futures,
     load_tails,
     publish_held,
     sort_claimed,
@@ -98,8 +98,9 @@ class Dispatcher(Actor):
         self.settings = settings
         self.scripts = scripts
         self.mysql = mysql
-        self.publisher = Publisher(producer, settings.node_id, settings.kafka_max_batch_bytes)
         self.ownership = ownership
+        limit = settings.kafka_max_batch_bytes
+        self.publisher = Publisher(producer, settings.node_id, limit, ownership.leased)
         self.scanner = scanner
         self.inbox = inbox
         self.claims = Claims(settings, scripts, scanner, transactions is not None)
@@ -120,8 +121,7 @@ class Dispatcher(Actor):
         self.lateness = Histograms(LATENESS_BUCKETS_S)
         self.claim_lag = Histograms(LATENESS_BUCKETS_S)
         self.publish_lag = Histograms(LATENESS_BUCKETS_S)
-        # Claims older than this are not published (see _fresh).
-        self.lease_ms = settings.zk_session_timeout_ms / 2
+        self.lease_ms = settings.zk_session_timeout_ms / 2  # older claims: see _fresh
         self._rounds_in_flight: Counter[int] = Counter()
         self._round_done = asyncio.Event()
 
@@ -290,6 +290,9 @@ class Dispatcher(Actor):
         """Hand records to the producer (exactly_once: one transaction per slot);
         owners: the (slot, job id) of each; claimed: when their claim's reply arrived
         (time.monotonic())."""
+        if not self.ownership.leased():  # actors/ownership.py: left in flight
+            self.warn("not publishing %d claimed job(s): the lease lapsed", len(fires))
+            return lapsed_futures(len(fires))
         if self.transactions is not None:
             return self.transactions.publish(fires, owners, claimed, self.lease_ms)
         return await self.publisher.publish(fires)
@@ -362,6 +365,7 @@ class Dispatcher(Actor):
         for slot, items in sent.items():
             if self.transactions is not None:  # in doubt: in flight, for the reaper
                 items = [item for item in items if not in_doubt(item.future)]
+            items = [item for item in items if not lapsed(item.future)]  # in flight
             errors = {
                 item.job_id: failed[id(item.future)] for item in items if id(item.future) in failed
             }

@@ -34,7 +34,9 @@ older one (lua/includes/fence.lua). A node whose session expired while it kept
 running, was paused or partitioned, is fenced the moment the new owner takes the slot,
 even before it notices. When its session is lost, or ZooKeeper has not answered it for
 most of the session timeout, a node drops every slot at once and rejoins with a new
-session.
+session; until then the same bound is its lease (actors/ownership.py), which its actors
+check before each step, so a node waking from a freeze acts on nothing, even where
+Redis lost the epochs that would fence it.
 """
 
 from __future__ import annotations
@@ -122,6 +124,10 @@ class Membership(Actor):
         self.held = held
         self.on_acquired = on_acquired
         self.quiesce = quiesce
+        # The actors act on the slots only while ZooKeeper confirmed them this recently
+        # (actors/ownership.py): the watchdog below drops them at the same bound, but
+        # only at its next tick, and a node that wakes from a freeze acts before that.
+        held.lease_s = settings.zk_session_timeout_ms / 1000 * SUSPEND_GIVE_UP
         self.root = settings.zk_cluster_root
         self.zk: ZKClient | None = None
         self.member: str | None = None
@@ -236,7 +242,7 @@ class Membership(Actor):
         self.assigned = frozenset(mine)
         for slot in sorted(set(self._claimed) - mine):
             await self._release(slot)
-        for slot in sorted(mine - self.held.owned()):
+        for slot in sorted(mine - self.held.holding()):
             if self.stopping or self.member is None:
                 return
             await self._take(slot, set(members))
@@ -258,8 +264,12 @@ class Membership(Actor):
         return f"member {self.member} was deleted by another client"
 
     def _answered(self, asked_at: float) -> None:
-        """ZooKeeper answered a request sent at `asked_at`: the session was alive then."""
+        """ZooKeeper answered a request sent at `asked_at`: the session was alive then,
+        and if it is the one the member (and so its slots) belongs to, the hold too."""
         self._last_contact = max(self._last_contact, asked_at)
+        zk = self.zk
+        if zk is not None and zk.session.session_id == self._member_session:
+            self.held.confirmed(asked_at)
 
     async def _release(self, slot: int) -> None:
         version, epoch = self._claimed[slot]
@@ -364,7 +374,7 @@ class Membership(Actor):
         node stops before anyone else may take its slots."""
         zk = self._zk()
         give_up_s = self.settings.zk_session_timeout_ms / 1000 * SUSPEND_GIVE_UP
-        if not self.held.owned():
+        if not self.held.holding():
             return
         if zk.session.state.current_state == States.LOST:
             self.held.drop_all("ZooKeeper session lost")

@@ -15,6 +15,11 @@ arrive meanwhile, from any number of dispatch rounds, wait in the queue and go o
 together in the next request, rather than one small batch per round queued behind the
 others (and the dispatcher claiming nothing while it waited).
 
+A publisher given a lease (the node's: actors/ownership.py) checks it before each batch
+it hands to the producer: records queued by a node that then froze past its ZooKeeper
+session are not sent when it wakes up, but fail with LeaseLapsed (their jobs stay in
+flight for the slots' owner).
+
 publish() never waits for the broker's metadata of a topic it has not seen yet (that
 wait can last the whole request timeout when the topic does not exist): records of such
 a topic are sent by a task of their own once the metadata arrives, so a poison topic
@@ -24,16 +29,20 @@ never holds up the others.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
 
 from cluster.connections.kafka_conn import connection_options, report_outages
+from cluster.errors import LeaseLapsed
 from cluster.model.envelope import Fire, partition_of
 from cluster.settings.config import Settings
+
+log = logging.getLogger(__name__)
 
 
 def make_producer(settings: Settings, transactional_id: str | None = None) -> AIOKafkaProducer:
@@ -84,8 +93,15 @@ def _chain(source: asyncio.Future[object], target: asyncio.Future[object]) -> No
 
 
 class Publisher:
-    def __init__(self, producer: AIOKafkaProducer, node_id: str, max_record_bytes: int) -> None:
+    def __init__(
+        self,
+        producer: AIOKafkaProducer,
+        node_id: str,
+        max_record_bytes: int,
+        lease: Callable[[], bool] | None = None,
+    ) -> None:
         self.producer = producer
+        self.lease = lease  # False: the node's hold of its slots is unconfirmed
         # Kafka producers refuse a record over max.request.size; the per-record send()
         # checks it, the batch path does not, so it is checked here.
         self.max_record_bytes = max_record_bytes
@@ -232,16 +248,25 @@ class Publisher:
 
     async def _submit(self, batch: Any, topic: str, partition: int, groups: list[_Group]) -> None:
         """Hand a batch to the producer (waiting until the partition's previous batch
-        has gone out) and tell each group with records in it how the batch ends."""
+        has gone out) and tell each group with records in it how the batch ends. Not
+        handed over when the lease lapsed: it ends failed with LeaseLapsed."""
         # A closed batch is sent at once; an open one would wait out linger_ms first,
         # for records that only producer.send() could add.
         batch.close()
-        try:
-            sent: asyncio.Future[object] = await self.producer.send_batch(
-                batch, topic, partition=partition
+        if self.lease is not None and not self.lease():
+            log.warning(
+                "not sending %d record(s) to %s-%d: ZooKeeper has not confirmed this node's "
+                "slots lately; their jobs stay in flight for the slots' owner",
+                batch.record_count(),
+                topic,
+                partition,
             )
-        except Exception as exc:
-            sent = _failed(exc)
+            sent = _failed(LeaseLapsed("ZooKeeper has not confirmed this node's slots lately"))
+        else:
+            try:
+                sent = await self.producer.send_batch(batch, topic, partition=partition)
+            except Exception as exc:
+                sent = _failed(exc)
         for group in groups:
             sent.add_done_callback(group.batch_done)
 

@@ -22,6 +22,7 @@ docs/client.md lists when each is raised and what to do about it.
     │   └── ReplicationUnconfirmed        done on the master, replicas did not confirm
     ├── SchemaError                       the database's schema is not this version's
     ├── Fenced                            a script refused a stale ownership epoch
+    ├── LeaseLapsed                       a node's hold of its slots went unconfirmed
     ├── SlotFailed, SlotsFailed           a slot's script run failed (Redis node down)
     ├── UnsafeConfig                      Redis may evict keys: a node won't start
     ├── ClusterConfigError                the cluster's fixed config differs
@@ -41,6 +42,7 @@ __all__ = [
     "Fenced",
     "InvalidJob",
     "KafkaAccessError",
+    "LeaseLapsed",
     "OutcomeUnknown",
     "RedisRestarted",
     "RedisStepFailed",
@@ -211,6 +213,12 @@ class Fenced(DelayqError, RuntimeError):
     def __init__(self, slot: int, detail: str = "") -> None:
         super().__init__(f"slot {slot} is fenced: {detail}")
         self.slot = slot
+
+
+class LeaseLapsed(DelayqError, RuntimeError):
+    """A node did not publish records it had claimed: ZooKeeper has not confirmed its
+    hold of their slots for most of the session timeout (it was frozen, or cut off), so
+    another node may own them now. Their jobs stay in flight for the slot's owner."""
 
 
 class RedisRestarted(DelayqError, RuntimeError):

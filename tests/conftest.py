@@ -287,6 +287,7 @@ class Collector:
                 record = orjson.loads(message.value)
                 record["received_ms"] = received_ms
                 record["node"] = dict(message.headers).get("delayq-node", b"").decode()
+                record["created_ms"] = message.timestamp  # when the node put it in a batch
                 self.records.append(record)
                 self.keys.append(message.key)
                 count += 1

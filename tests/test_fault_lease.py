@@ -1,0 +1,100 @@
+"""Fault scenarios of slot ownership that fencing in Redis alone cannot cover: a node
+frozen past its ZooKeeper session while Redis lost its data (the epochs that would have
+fenced it are gone), and the claims of a node killed while it held them (returned when
+its session ends, not at their in-flight deadline). Real node processes, real services,
+checked like the rest of the fault suite (tests/test_faults.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster import DelayClient
+from cluster.connections.redis_conn import RedisClient
+from cluster.settings.config import Settings
+from tests.checker import Ledger
+from tests.conftest import Collector
+from tests.processes import NodeProcess
+from tests.test_faults import assert_safe, reading, settle, steady_load
+
+pytestmark = [pytest.mark.slow, pytest.mark.faults]
+
+_LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+BURST = 3000  # jobs due at one moment, so that a node freezes in the middle of sending
+
+
+def _first_take_after(log_path: Path, after_ms: float) -> float:
+    """When the node's log (local times, to the ms) first says it took a slot at or
+    after `after_ms` (time.time() ms); infinity if it never did."""
+    for line in log_path.read_text().splitlines():
+        found = _LOG_TIME.match(line)
+        if found is None or "took slot" not in line:
+            continue
+        at = dt.datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp() * 1000
+        if at >= after_ms:
+            return at
+    return float("inf")
+
+
+async def _burst(ledger: Ledger, client: DelayClient, topic: str, due_s: float) -> None:
+    """BURST jobs, all due at time.time() == due_s."""
+    for start in range(0, BURST, 500):
+        jobs = [
+            {"topic": topic, "payload": {"burst": start + n}, "delay": due_s - time.time()}
+            for n in range(500)
+        ]
+        await ledger.schedule_many(client, jobs)
+
+
+async def test_a_frozen_node_publishes_nothing_after_redis_was_flushed(
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
+) -> None:
+    """Node A is frozen (SIGSTOP) while it sends a burst of jobs, for longer than its
+    3 s ZooKeeper session; node B takes its slots, then Redis is flushed (every epoch
+    that would fence A is gone) and A wakes up. A puts no record in a batch from the
+    moment it froze until it has taken a slot again through ZooKeeper (its lease ran
+    out: it knows from its own clock), and no job is lost: what A had claimed stays in
+    flight, and comes back from MySQL after the flush."""
+    frozen, other = (NodeProcess(settings, tmp_path, f"frozen-{n}") for n in "ab")
+    ledger = Ledger()
+    try:
+        await frozen.wait_ready()
+        await other.wait_ready()
+        async with reading(collector):
+            load = asyncio.create_task(steady_load(ledger, client, topic, seconds=10.0))
+            due_s = time.time() + 2.5
+            await _burst(ledger, client, topic, due_s)
+            await asyncio.sleep(due_s + 0.1 - time.time())
+            frozen.signal(signal.SIGSTOP)
+            frozen_ms = time.time() * 1000
+            try:
+                await asyncio.sleep(4.5)  # the session (3 s) expired, B took the slots
+                await redis.flushall()
+                await asyncio.sleep(2.0)
+            finally:
+                frozen.signal(signal.SIGCONT)
+            await load
+        result = await settle("frozen-node-redis-flushed", ledger, collector, client, redis)
+    finally:
+        frozen.kill()
+        other.kill()
+    retaken_ms = _first_take_after(frozen.log_path, frozen_ms)
+    unleased = [
+        r
+        for r in collector.records
+        if r["node"] == frozen.name and frozen_ms <= float(r["created_ms"]) < retaken_ms  # type: ignore[arg-type]
+    ]
+    print(f"published by the frozen node from its freeze to its next take: {len(unleased)}")
+    assert unleased == []
+    assert_safe(result, ledger)

@@ -56,6 +56,7 @@ them again with the ids RedisStepFailed names.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import time
@@ -277,14 +278,27 @@ class Reconciler(Actor):
             by_since[since].append(slot)
         until = load_bound_ms(self.settings)
         added = 0
-        for since, slots in by_since.items():
-            if since >= until:
+        groups = [(since, slots) for since, slots in by_since.items() if since < until]
+        # All at once: a server down or frozen fails each group's pass only once its
+        # other servers' part is done, and holds back no other group.
+        results = await asyncio.gather(
+            *(
+                reconcile(
+                    self.settings, self.mysql, self.scripts, slots, since_ms=since, until_ms=until
+                )
+                for since, slots in groups
+            ),
+            return_exceptions=True,
+        )
+        failure: BaseException | None = None
+        for (_, slots), result in zip(groups, results, strict=True):
+            if isinstance(result, BaseException):
+                failure = failure or result
                 continue
-            result = await reconcile(
-                self.settings, self.mysql, self.scripts, slots, since_ms=since, until_ms=until
-            )
             for slot in slots:  # a take-time pass meanwhile may have gone further
                 self._loaded_until[slot] = max(self._loaded_until.get(slot, 0), until)
             added += result.readded + result.loaded
         self.loaded_total += added
+        if failure is not None:
+            raise failure
         return added

@@ -47,6 +47,9 @@ SWITCH_POLL_S = 0.05
 # background this often; otherwise every RECHECK_EVERY_S, for a home row changed by hand.
 REDISCOVER_EVERY_S = 1.0
 RECHECK_EVERY_S = 10.0
+# A server cut off for silence that has answered nothing since is waited for only this
+# share of mysql_stall_s by the next calls over several servers.
+STALLED_GRACE = 0.125
 
 # What a statement on a shard raises when its server is down or not known: a pass over
 # every shard goes on with the others, and fails (to be run again) at the end.
@@ -112,6 +115,7 @@ class ShardRouter:
         self._recheck: asyncio.Task[None] | None = None
         self.closed = False
         self._addresses = {spec.index: _addresses_of(spec) for spec in servers}
+        self._stalled: dict[int, float] = {}  # server cut off for silence -> silent since
 
     # ----- pools -------------------------------------------------------------------------
 
@@ -342,7 +346,9 @@ class ShardRouter:
         """As run_grouped, but the servers that answered give their results and the
         others are named: (results, [(their logical shards, the error)]). A shard with
         no known home fails at once. `stall`: cut off a server silent for mysql_stall_s
-        once another's part is done (each_server)."""
+        once another's part is done (each_server); a read (`bounded` not False) on one
+        server alone that was cut off so and has answered nothing since waits only
+        STALLED_GRACE of mysql_stall_s."""
         by_server: dict[int, list[int]] = defaultdict(list)
         failures: list[tuple[list[int], BaseException]] = []
         for d in sorted(set(dbs)):
@@ -352,6 +358,9 @@ class ShardRouter:
                 failures.append(([d], exc))
         if len(by_server) == 1 and not failures:
             [(server, group)] = by_server.items()
+            if stall and bounded is not False and self._still_frozen(server):
+                # Cut off for silence and silent since: a read does not wait it out.
+                bounded = self.settings.mysql_stall_s * STALLED_GRACE
             return await self._run_group(server, group, work, bounded), []
         results = await self.each_server(
             {s: self._run_group(s, g, work, bounded) for s, g in by_server.items()},
@@ -367,12 +376,31 @@ class ShardRouter:
                 parts.extend(result)
         return parts, failures
 
-    def answered_at(self, server: int | None) -> float | None:
-        """When any connection to the server last received something (loop time)."""
+    def silent_since(self, server: int | None, started: float) -> float:
+        """From when a server counts as silent for a call that started at `started`:
+        since it last answered on any connection, or the call's start if later; but
+        when a call cut it off for silence and it has answered nothing since (still
+        frozen), so that this call waits for it only STALLED_GRACE of mysql_stall_s
+        (time for a server just woken to answer)."""
         if server is None or server not in self._addresses:
-            return None
-        times = [connect.last_answer(*address) for address in self._addresses[server]]
-        return max((t for t in times if t is not None), default=None)
+            return started
+        answers = [connect.last_answer(*a) for a in self._addresses[server]]
+        last = max((t for t in answers if t is not None), default=None)
+        since = self._stalled.get(server)
+        if since is not None:
+            if last is None or last < since:
+                stall_s = self.settings.mysql_stall_s
+                return max(since, started - stall_s + stall_s * STALLED_GRACE)
+            del self._stalled[server]  # it answered since: as any server again
+        return started if last is None else max(started, last)
+
+    def _still_frozen(self, server: int) -> bool:
+        started = asyncio.get_running_loop().time()
+        return server in self._stalled and self.silent_since(server, started) < started
+
+    def _cut_off(self, server: int | None, silent_from: float) -> None:
+        if server is not None:
+            self._stalled[server] = min(silent_from, self._stalled.get(server, silent_from))
 
     async def each_server(
         self, parts: dict[int | None, Awaitable[T]], *, stall: bool = True
@@ -382,15 +410,18 @@ class ShardRouter:
         has ended, a server that has answered nothing (on any connection) for
         mysql_stall_s is cut off: its part is cancelled (a statement cut off closes its
         connection) and ends in ServerStalled, so that a frozen server holds back no
-        other's work. Without (a long count or search, whose server may send nothing
-        for a while), each part ends on its own."""
+        other's work; one cut off that has answered nothing since counts as silent
+        from then on, so the next calls do not wait for it again. Without (a long
+        count or search, whose server may send nothing for a while), each part ends on
+        its own."""
         if not stall:
             return list(await asyncio.gather(*parts.values(), return_exceptions=True))
         return await gather_servers(
             parts,
             self.settings.mysql_stall_s,
-            self.answered_at,
+            self.silent_since,
             lambda s: "shards with no known home" if s is None else str(self.servers[s]),
+            self._cut_off,
         )
 
     async def _run_group(

@@ -19,12 +19,14 @@ K = TypeVar("K", bound=Hashable)
 async def gather_servers(
     parts: dict[K, Awaitable[T]],
     stall_s: float,
-    answered_at: Callable[[K], float | None],
+    silent_since: Callable[[K, float], float],
     name: Callable[[K], str],
+    on_cut: Callable[[K, float], None] | None = None,
 ) -> list[T | BaseException]:
     """Each part (by server) at once, and each one's result or exception, in order.
-    answered_at(server): when it last answered anything (loop time), if known. A part
-    cut off is cancelled (a statement cut off closes its connection, never reused)."""
+    silent_since(server, start of the call): from when the server counts as silent
+    (loop time). A part cut off is cancelled (a statement cut off closes its
+    connection, never reused), and on_cut(server, silent since) is called."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     tasks = {server: asyncio.ensure_future(part) for server, part in parts.items()}
@@ -44,10 +46,12 @@ async def gather_servers(
             for server, task in tasks.items():
                 if task.done() or server in cut:
                     continue
-                silent = now - max(started, answered_at(server) or started)
-                if silent >= stall_s:
-                    cut[server] = silent
+                since = silent_since(server, started)
+                if now - since >= stall_s:
+                    cut[server] = now - since
                     task.cancel()
+                    if on_cut is not None:
+                        on_cut(server, since)
     except BaseException:
         for task in tasks.values():
             task.cancel()

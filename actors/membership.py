@@ -21,7 +21,9 @@ Hand-off is two-sided, so a slot is never worked on by two nodes at once:
   version it holds);
 * the new owner takes it only when it is released or its owner is no longer a live
   member (session expired): owner := itself and a new epoch, compare-and-set, then it
-  writes the epoch to the slot's owner key in Redis (lua/take.lua).
+  writes the epoch to the slot's owner key in Redis (lua/take.lua). Taken from a dead
+  owner, the slot's jobs in flight are all that owner's claims: `adopt` (the reaper's)
+  retries them before the node works on the slot, rather than at their deadline.
 
 An epoch never repeats (docs/cluster.md#fencing): a take's epoch is one more than the
 largest of the slot znode's last-modified zxid (ZooKeeper's transaction id, which no
@@ -117,6 +119,7 @@ class Membership(Actor):
         *,
         on_acquired: Callable[[int], None],
         quiesce: Callable[[int], Awaitable[None]],
+        adopt: Callable[[int, int], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
@@ -124,6 +127,7 @@ class Membership(Actor):
         self.held = held
         self.on_acquired = on_acquired
         self.quiesce = quiesce
+        self.adopt = adopt
         # The actors act on the slots only while ZooKeeper confirmed them this recently
         # (actors/ownership.py): the watchdog below drops them at the same bound, but
         # only at its next tick, and a node that wakes from a freeze acts before that.
@@ -348,11 +352,37 @@ class Membership(Actor):
             return
         if self.member is None or self.stopping:
             return
+        if owner is not None and owner != self.member and self.adopt is not None:
+            # Its owner's session ended: its claims will never be published by it.
+            await self._adopt(slot, epoch)
+            if self.member is None or self.stopping:
+                return
         self.held.hold(slot, epoch)
         log.info(
             "took slot %d (epoch %d, previous owner %s)", slot, epoch, owner, extra={"slot": slot}
         )
         self.on_acquired(slot)
+
+    async def _adopt(self, slot: int, epoch: int) -> None:
+        """Hand the jobs the dead owner had claimed back for a retry now, before this
+        node claims from the slot (so every job in flight is the dead owner's). Bounded
+        and never fatal to the take: what it leaves waits for its in-flight deadline."""
+        adopt = self.adopt
+        if adopt is None:
+            return
+        try:
+            await asyncio.wait_for(
+                adopt(slot, epoch), self.settings.kafka_delivery_timeout_ms / 1000 * 2
+            )
+        except Exception as error:
+            log.warning(
+                "slot %d: the in-flight jobs of its previous owner were not returned, "
+                "they wait for their deadline: %s: %s",
+                slot,
+                type(error).__name__,
+                error,
+                extra={"slot": slot},
+            )
 
     async def _slot_acl(self, slot: int, path: str) -> Stat | None:
         """The stat of the slot's znode if its ACL is this cluster's own (or no zk_auth

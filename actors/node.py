@@ -201,7 +201,7 @@ class Node:
             filler.acquired(slot)
 
         membership = Membership(
-            s, scripts, held, on_acquired=acquired, quiesce=dispatcher.wait_idle
+            s, scripts, held, on_acquired=acquired, quiesce=dispatcher.wait_idle, adopt=reaper.adopt
         )
         # Stop order: sources of work first, finishers last; membership releases the
         # slots once everything else is done with them.

@@ -15,16 +15,18 @@ from pathlib import Path
 
 import pytest
 
+from actors.failpoints import EXIT_CODE
 from cluster import DelayClient
 from cluster.connections.redis_conn import RedisClient
 from cluster.settings.config import Settings
 from tests.checker import Ledger
 from tests.conftest import Collector
-from tests.processes import NodeProcess
+from tests.processes import NodeProcess, wait_served
 from tests.test_faults import assert_safe, reading, settle, steady_load
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
+_ADOPTED = re.compile(r"slot \d+: (\d+) job\(s\) its previous owner had claimed when its session")
 _LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 BURST = 3000  # jobs due at one moment, so that a node freezes in the middle of sending
 
@@ -98,3 +100,53 @@ async def test_a_frozen_node_publishes_nothing_after_redis_was_flushed(
     print(f"published by the frozen node from its freeze to its next take: {len(unleased)}")
     assert unleased == []
     assert_safe(result, ledger)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("delivery", ["at_least_once", "exactly_once"])
+async def test_a_killed_nodes_claims_are_retried_when_its_session_ends(
+    delivery: str,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    tmp_path: Path,
+) -> None:
+    """Three nodes whose in-flight deadline is 10 minutes; one dies (the after-claim
+    failpoint: it exits like a kill -9 right after a claim took jobs) holding claims.
+    Once its session ends, the nodes that take its slots retry what it had in flight at
+    once (exactly-once: after reading the journal): every job fires within this test's
+    wait (60 s), which the deadline would not allow, none is lost, and with exactly-once
+    none fires twice for a read_committed consumer."""
+    slow_deadline = {"DELAYQ_INFLIGHT_TIMEOUT_MS": "600000", "DELAYQ_DELIVERY": delivery}
+    isolation = "read_committed" if delivery == "exactly_once" else "read_uncommitted"
+    collector = Collector(settings, topic, isolation_level=isolation)
+    await collector.start()
+    dying = NodeProcess(
+        settings, tmp_path, "dying", {**slow_deadline, "DELAYQ_FAILPOINT": "after-claim"}
+    )
+    takers = [NodeProcess(settings, tmp_path, f"taker-{n}", slow_deadline) for n in "bc"]
+    ledger = Ledger()
+    try:
+        for node in (dying, *takers):
+            await node.wait_ready()
+        await wait_served(settings, {node.name for node in (dying, *takers)})
+        async with reading(collector):
+            jobs = [{"topic": topic, "payload": n, "delay": 1.0} for n in range(300)]
+            await ledger.schedule_many(client, jobs)
+            assert await dying.wait_exit() == EXIT_CODE
+        name = (
+            "killed-holding-claims" if delivery == "at_least_once" else "eos-killed-holding-claims"
+        )
+        result = await settle(name, ledger, collector, client, redis, 60)
+    finally:
+        for node in (dying, *takers):
+            node.kill()
+        await collector.stop()
+    logs = "".join(node.log_path.read_text() for node in takers)
+    adopted = sum(int(count) for count in _ADOPTED.findall(logs))
+    print(f"claims of the dead node retried when its session ended: {adopted}")
+    assert_safe(result, ledger)
+    assert adopted > 0
+    if delivery == "exactly_once":
+        assert result.duplicates == 0

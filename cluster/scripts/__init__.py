@@ -9,4 +9,5 @@ cluster.store for the JobRecord type a reload puts into Redis.
 - ``runner``: loading with includes, EVALSHA, per-slot batches and their errors
 - ``codec``: what goes into the scripts and what comes out, as Python values
 - ``restores``: putting back the jobs of cancels that failed half-way (uncancel, restore)
+- ``takeover``: retrying at once the claims of a dead node whose slot was just taken
 """

@@ -25,7 +25,9 @@ from cluster.model.contract import (
 from cluster.model.envelope import fire_of, make_tail
 from cluster.model.jobs import now_ms
 from cluster.model.keys import KeySpace
+from cluster.scripts.codec import RetryResult
 from cluster.scripts.facade import ClaimResult, NewJob, Scripts
+from cluster.scripts.takeover import retry_dead_owners_claims
 from cluster.settings.config import Settings
 
 SLOT = 3
@@ -314,6 +316,30 @@ async def test_reap_returns_only_expired_in_flight_jobs(
     assert await redis.zrange(s.inflight, 0, -1) == [b"young"]
     [member] = await redis.zrange(s.delay, 0, -1)
     assert member_id(member) == b"old"
+
+
+async def test_reap_of_a_slot_taken_from_a_dead_owner_retries_every_claim_now(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    """cluster/scripts/takeover.py: every job in flight is retried at once, its deadline
+    passed or not, due now (no backoff), the reason journalled; fenced like the reaper."""
+    s = k.slot(SLOT)
+    await scripts.add(SLOT, [job("a", now_ms() - 5), job("b", now_ms() - 5)])
+    await scripts.move(SLOT, 0, 100)
+    await scripts.claim(SLOT, 0, 2, HOUR_MS)  # both: deadline in an hour
+    assert await retry_dead_owners_claims(scripts, SLOT, 1, 100) is None  # fenced
+    assert await redis.zcard(s.inflight) == 2
+    result = await retry_dead_owners_claims(scripts, SLOT, 0, 100)
+    after = now_ms()
+    assert isinstance(result, RetryResult)
+    assert (result.retried, result.dead, result.more) == (2, 0, False)
+    assert await redis.zcard(s.inflight) == 0
+    delayed = await redis.zrange(s.delay, 0, -1, withscores=True)
+    assert sorted(member_id(m) for m, _ in delayed) == [b"a", b"b"]
+    assert all(score <= after for _, score in delayed)  # due at once
+    assert result.earliest_due_ms <= after
+    journal = b"".join(await redis.lrange(s.done, 0, -1))
+    assert b"session ended" in journal
 
 
 # ----- cancel / reschedule ----------------------------------------------------------------

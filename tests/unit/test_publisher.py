@@ -13,6 +13,7 @@ import pytest
 from aiokafka.errors import UnknownTopicOrPartitionError
 
 from actors.publisher import Publisher
+from cluster.errors import LeaseLapsed
 from cluster.model.envelope import Fire, murmur2
 
 
@@ -28,6 +29,9 @@ class Batch:
 
     def close(self) -> None:
         self.closed = True
+
+    def record_count(self) -> int:
+        return len(self.values)
 
 
 class Cluster:
@@ -149,3 +153,29 @@ async def test_close_cancels_what_is_still_queued() -> None:
     queued = await publisher.publish([fire("t", 3)])
     await publisher.close()
     assert blocked[0].cancelled() and queued[0].cancelled()
+
+
+async def test_records_queued_when_the_lease_lapses_are_not_handed_over() -> None:
+    """A node that froze while records waited for their partition's batch wakes with
+    its lease run out: what it had queued fails with LeaseLapsed instead of being sent,
+    and sending resumes once the lease is confirmed again."""
+    producer = SlowProducer({"t": {0}})
+    leased = True
+    publisher = Publisher(producer, "node", 1_000_000, lambda: leased)  # type: ignore[arg-type]
+    first = await publisher.publish([fire("t", 1)])
+    assert await first[0] == ("t", 0)
+    waiting = await publisher.publish([fire("t", 2)])  # its batch waits at the gate
+    await asyncio.sleep(0.01)
+    queued = await publisher.publish([fire("t", 3)])
+    leased = False
+    producer.gate.set()
+    assert await waiting[0] == ("t", 0)  # handed over before the lease lapsed
+    with pytest.raises(LeaseLapsed):
+        await queued[0]
+    leased = True
+    assert await (await publisher.publish([fire("t", 4)]))[0] == ("t", 0)
+    assert [values for _, _, values in producer.sent] == [
+        [b'{"n":1}'],
+        [b'{"n":2}'],
+        [b'{"n":4}'],
+    ]

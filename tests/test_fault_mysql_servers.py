@@ -595,10 +595,12 @@ async def test_a_frozen_server_holds_back_only_its_own_jobs(
 ) -> None:
     """Server 1 stopped (SIGSTOP) for FREEZE_S, less than mysql_statement_timeout_s,
     while a batch over every logical shard is scheduled (half the jobs with the caller's
-    ids, half with delayq's): before SIGCONT is sent, the batch has answered, the healthy
-    servers' jobs scheduled and fired, the frozen server's named unknown (its part cut
-    off mid-write after mysql_stall_s) or not scheduled. After SIGCONT an unknown job
-    either has its row and fires, or has none and never fires."""
+    ids, half with delayq's), then a schedule_batch: before SIGCONT is sent, both have
+    answered, the healthy servers' jobs scheduled and fired, the frozen server's named
+    unknown (schedule_many: its part cut off mid-write after mysql_stall_s) or not
+    scheduled (schedule_batch: its ids' existence could not be read, so not written).
+    After SIGCONT an unknown job either has its row and fires, or has none and never
+    fires; a job not scheduled has no row and never fires."""
     name = "mysql-server-frozen-batch"
     node = NodeProcess(settings, tmp_path, f"{name}-0")
     pid = server_pid(FAILED)
@@ -627,7 +629,18 @@ async def test_a_frozen_server_holds_back_only_its_own_jobs(
                     await client.schedule_many(jobs)
                 took_s = time.monotonic() - clock
                 outcome = raised.value
-                scheduled = set(outcome.scheduled)
+                # schedule_batch reads first which caller ids exist: those whose server
+                # does not answer that read are not written, the others are scheduled.
+                batch_ids = [f"b{uuid.uuid4().hex[:6]}-{n}" for n in range(30)]
+                with pytest.raises(ScheduleIncomplete) as batch_raised:
+                    await client.schedule_batch(
+                        [
+                            {"topic": topic, "payload": {}, "delay": 0.5, "job_id": job_id}
+                            for job_id in batch_ids
+                        ]
+                    )
+                batch = batch_raised.value
+                scheduled = set(outcome.scheduled) | set(batch.scheduled)
 
                 async def healthy_fired() -> bool:
                     return scheduled <= {str(r["job_id"]) for r in collector.records}
@@ -641,14 +654,17 @@ async def test_a_frozen_server_holds_back_only_its_own_jobs(
             # Every healthy server's job was scheduled; every job of server 1 was named
             # unknown or not scheduled.
             assert {server_of(j) for j in scheduled} == {0, 2}
-            everyone = set(keyed) | scheduled | set(outcome.not_scheduled) | set(outcome.unknown)
+            lists = [set(outcome.scheduled), set(outcome.not_scheduled), set(outcome.unknown)]
+            everyone = set(keyed).union(*lists)
             assert len(everyone) == len(jobs)
-            lists = [scheduled, set(outcome.not_scheduled), set(outcome.unknown)]
             assert sum(map(len, lists)) == len(jobs)
             assert {server_of(j) for j in everyone - scheduled} == {FAILED}
             assert {server_of(j) for j in everyone} == {0, 1, 2}
             assert set(outcome.unknown) & set(keyed)  # a caller's id and one of delayq's
             assert set(outcome.unknown) - set(keyed)
+            assert {server_of(j) for j in batch.scheduled} == {0, 2}
+            assert set(batch.not_scheduled) == {j for j in batch_ids if server_of(j) == FAILED}
+            assert batch.unknown == []
 
             # After SIGCONT: a job not scheduled has no row and never fires; an unknown
             # job that has a row fires, one that has none never does.
@@ -666,13 +682,14 @@ async def test_a_frozen_server_holds_back_only_its_own_jobs(
 
             assert await wait_for(settled, timeout_s=90, interval_s=0.5)
             fired = {str(r["job_id"]) for r in collector.records}
-            assert await rows_of(client, set(outcome.not_scheduled)) == set()
-            assert fired & set(outcome.not_scheduled) == set()
+            not_scheduled = set(outcome.not_scheduled) | set(batch.not_scheduled)
+            assert await rows_of(client, not_scheduled) == set()
+            assert fired & not_scheduled == set()
             assert fired & (unknown - with_rows) == set()
             print(
                 f"[{name}] answered in {took_s:.2f} s of a {FREEZE_S:g} s freeze: "
                 f"scheduled {len(scheduled)} (all fired before SIGCONT), not "
-                f"scheduled {len(outcome.not_scheduled)}, unknown {len(unknown)} of which "
+                f"scheduled {len(not_scheduled)}, unknown {len(unknown)} of which "
                 f"{len(with_rows)} had a row after SIGCONT and fired"
             )
     finally:

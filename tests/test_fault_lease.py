@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 import re
 import signal
 import time
@@ -18,6 +19,7 @@ import pytest
 from actors.failpoints import EXIT_CODE
 from cluster import DelayClient
 from cluster.connections.redis_conn import RedisClient
+from cluster.devstack import stack
 from cluster.settings.config import Settings
 from tests.checker import Ledger
 from tests.conftest import Collector
@@ -62,12 +64,12 @@ async def test_a_frozen_node_publishes_nothing_after_redis_was_flushed(
     collector: Collector,
     tmp_path: Path,
 ) -> None:
-    """Node A is frozen (SIGSTOP) while it sends a burst of jobs, for longer than its
-    3 s ZooKeeper session; node B takes its slots, then Redis is flushed (every epoch
-    that would fence A is gone) and A wakes up. A puts no record in a batch from the
-    moment it froze until it has taken a slot again through ZooKeeper (its lease ran
-    out: it knows from its own clock), and no job is lost: what A had claimed stays in
-    flight, and comes back from MySQL after the flush."""
+    """Node A is frozen (SIGSTOP) while it sends a burst of jobs, with records queued behind a
+    stalled broker, for longer than its 3 s ZooKeeper session; node B takes its slots,
+    then Redis is flushed (every epoch that would fence A is gone) and A wakes up. A
+    puts no record in a batch from the moment it froze until it has taken a slot again
+    through ZooKeeper (its lease ran out: it knows from its own clock), and no job is
+    lost: what A had claimed stays in flight, and comes back from MySQL after the flush."""
     frozen, other = (NodeProcess(settings, tmp_path, f"frozen-{n}") for n in "ab")
     ledger = Ledger()
     try:
@@ -78,8 +80,17 @@ async def test_a_frozen_node_publishes_nothing_after_redis_was_flushed(
             due_s = time.time() + 2.5
             await _burst(ledger, client, topic, due_s)
             await asyncio.sleep(due_s + 0.1 - time.time())
-            frozen.signal(signal.SIGSTOP)
-            frozen_ms = time.time() * 1000
+            # The broker stalls for a moment, so that A's records queue up behind the
+            # batch each partition has in flight; A freezes with records queued.
+            broker = stack.service_pid("kafka")
+            assert broker is not None
+            os.kill(broker, signal.SIGSTOP)
+            try:
+                await asyncio.sleep(0.3)
+                frozen.signal(signal.SIGSTOP)
+                frozen_ms = time.time() * 1000
+            finally:
+                os.kill(broker, signal.SIGCONT)
             try:
                 await asyncio.sleep(4.5)  # the session (3 s) expired, B took the slots
                 await redis.flushall()

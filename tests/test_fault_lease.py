@@ -10,6 +10,7 @@ import asyncio
 import datetime as dt
 import os
 import re
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -56,7 +57,22 @@ async def _burst(ledger: Ledger, client: DelayClient, topic: str, due_s: float) 
         await ledger.schedule_many(client, jobs)
 
 
-async def test_a_frozen_node_publishes_nothing_after_redis_was_flushed(
+async def _empty_redis(redis: RedisClient, how: str) -> None:
+    """FLUSHALL, or a kill -9 and a start without the append-only file."""
+    if how == "flushall":
+        await redis.flushall()
+        return
+    pid = stack.service_pid("redis")
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    await asyncio.sleep(0.5)
+    shutil.rmtree(stack.state_dir() / "redis" / "appendonlydir", ignore_errors=True)
+    await asyncio.to_thread(stack.up)
+
+
+@pytest.mark.parametrize("how", ["flushall", "restart-empty"])
+async def test_a_frozen_node_publishes_nothing_after_redis_lost_its_data(
+    how: str,
     settings: Settings,
     client: DelayClient,
     redis: RedisClient,
@@ -64,12 +80,13 @@ async def test_a_frozen_node_publishes_nothing_after_redis_was_flushed(
     collector: Collector,
     tmp_path: Path,
 ) -> None:
-    """Node A is frozen (SIGSTOP) while it sends a burst of jobs, with records queued behind a
-    stalled broker, for longer than its 3 s ZooKeeper session; node B takes its slots,
-    then Redis is flushed (every epoch that would fence A is gone) and A wakes up. A
-    puts no record in a batch from the moment it froze until it has taken a slot again
-    through ZooKeeper (its lease ran out: it knows from its own clock), and no job is
-    lost: what A had claimed stays in flight, and comes back from MySQL after the flush."""
+    """Node A is frozen (SIGSTOP) while it sends a burst of jobs, with records queued
+    behind a stalled broker, for longer than its 3 s ZooKeeper session; node B takes
+    its slots, then Redis loses its data (flushed, or restarted empty: every epoch
+    that would fence A is gone) and A wakes up. A puts no record in a batch from the
+    moment it froze until it has taken a slot again through ZooKeeper (its lease ran
+    out: it knows from its own clock), and no job is lost: what A had claimed stays
+    in flight, and comes back from MySQL after the flush."""
     frozen, other = (NodeProcess(settings, tmp_path, f"frozen-{n}") for n in "ab")
     ledger = Ledger()
     try:
@@ -93,12 +110,12 @@ async def test_a_frozen_node_publishes_nothing_after_redis_was_flushed(
                 os.kill(broker, signal.SIGCONT)
             try:
                 await asyncio.sleep(4.5)  # the session (3 s) expired, B took the slots
-                await redis.flushall()
+                await _empty_redis(redis, how)
                 await asyncio.sleep(2.0)
             finally:
                 frozen.signal(signal.SIGCONT)
             await load
-        result = await settle("frozen-node-redis-flushed", ledger, collector, client, redis)
+        result = await settle(f"frozen-node-redis-{how}", ledger, collector, client, redis)
     finally:
         frozen.kill()
         other.kill()

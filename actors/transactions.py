@@ -330,7 +330,12 @@ class SlotTransactions:
         except BaseException:
             await producer.stop()
             raise
-        publisher = Publisher(producer, self.settings.node_id, self.settings.kafka_max_batch_bytes)
+        publisher = Publisher(
+            producer,
+            self.settings.node_id,
+            self.settings.kafka_max_batch_bytes,
+            self.ownership.leased,
+        )
         self._publishers[slot] = (publisher, epoch)
         return publisher
 

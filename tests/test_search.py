@@ -323,6 +323,16 @@ async def test_the_http_routes_answer_the_same(made: tuple[DelayClient, list[Mad
         ]:
             status, body, _ = await api.call("GET", f"/v1/jobs?{query}")
             assert (status, message in body["detail"]) == (422, True), (query, body)
+        for path, message in [
+            ("/v1/jobs/counts?topik=x", "unknown query parameters ['topik']"),
+            ("/v1/jobs/counts?limit=1&limit=2", "limit may be given once"),
+            # PAD SPACE would match 'tenant-1' too: refused, not widened
+            ("/v1/jobs?biz_id=tenant-1%20", "biz_id must not start or end with whitespace"),
+        ]:
+            status, body, _ = await api.call("GET", path)
+            assert (status, message in body["detail"]) == (422, True), (path, body)
+        status, body, _ = await api.call("POST", "/v1/jobs/cancel", {"biz_id": "tenant-1 "})
+        assert status == 422 and "must not start or end with whitespace" in body["detail"], body
 
         status, body, _ = await api.call("GET", "/v1/jobs?topic=search.a", token=VIEWER)
         assert status == 200, body

@@ -6,6 +6,9 @@ with nothing scheduled."""
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import stat
 import sys
 from typing import Any
 
@@ -66,6 +69,20 @@ async def _schedule(settings: Settings, job: Any, keyed: bool, as_json: bool) ->
     return 0
 
 
+def read_regular_file(path: str, most: int) -> bytes:
+    """Up to `most` bytes of the regular file at path. Opened without blocking and
+    checked before reading: a FIFO or a device would make the command wait forever
+    (OSError, as for a file that cannot be read)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            return file.read(most)
+    finally:
+        os.close(fd)
+
+
 def _payload(args: argparse.Namespace, max_bytes: int) -> Any:
     """The payload's JSON from --payload, --payload-file PATH or stdin, parsed. The text
     read is bounded: four times payload_max_bytes leaves room for whitespace."""
@@ -79,8 +96,7 @@ def _payload(args: argparse.Namespace, max_bytes: int) -> Any:
             if args.payload_file == "-":
                 text = sys.stdin.buffer.read(limit + 1)
             else:
-                with open(args.payload_file, "rb") as file:
-                    text = file.read(limit + 1)
+                text = read_regular_file(args.payload_file, limit + 1)
         except OSError as exc:
             raise InvalidJob(f"cannot read the payload from {where}: {exc.strerror}") from None
     if len(text) > limit:

@@ -44,7 +44,9 @@ def _add_schedule(commands: Commands) -> None:
     payload = schedule.add_mutually_exclusive_group(required=True)
     payload.add_argument("--payload", metavar="JSON", help="the payload as JSON, e.g. '{\"a\": 1}'")
     payload.add_argument(
-        "--payload-file", metavar="PATH", help="read the JSON payload from PATH (- for stdin)"
+        "--payload-file",
+        metavar="PATH",
+        help="read the JSON payload from PATH, a regular file (- for stdin)",
     )
     _add_when(schedule)
     schedule.add_argument("--job-id", help="the job's id (default: a new one)")

@@ -47,11 +47,9 @@ from cluster.client.recurring import (
 )
 from cluster.client.recurring_actions import RecurringActions
 from cluster.connections.redis_conn import RedisClient
-from cluster.errors import (
-    InvalidJob,
-    StoreUnavailable,
-)
+from cluster.errors import InvalidJob, StoreUnavailable
 from cluster.model.changes import CancelResult, RescheduleResult
+from cluster.model.job_bounds import check_valid_job
 from cluster.model.jobs import Job, ValidJob, check_job_id, check_topic, due_ms_of, validate
 from cluster.model.keys import KeySpace
 from cluster.scripts.facade import Scripts
@@ -208,15 +206,16 @@ class DelayClient(RecurringActions, JobSearchActions):
         same moment: of two such calls, at most one says True.
         """
         valid, keyed = validated(jobs, self.settings)
-        return await self.schedule_validated(valid, keyed)
+        return await self._open.writes.schedule_validated(valid, keyed) if valid else []
 
     async def schedule_validated(self, valid: list[ValidJob], keyed: set[str]) -> list[Scheduled]:
         """schedule_batch() of jobs already validated (cluster.model.jobs.validate_job), with
         `keyed` the ids their callers gave: for servers that validate each request on
-        its own and store many requests' jobs together (cluster/web/batcher.py)."""
-        if not valid:
-            return []  # nothing to store
-        return await self._open.writes.schedule_validated(valid, keyed)
+        its own and store many requests' jobs together (cluster/web/batcher.py). Their
+        bounds are checked again (InvalidJob, nothing stored)."""
+        for job in valid:
+            check_valid_job(job)
+        return await self._open.writes.schedule_validated(valid, keyed) if valid else []
 
     async def schedule_in(
         self,

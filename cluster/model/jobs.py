@@ -241,6 +241,10 @@ def _check_text(name: str, value: object, max_chars: int) -> str | None:
         raise InvalidJob(f"{name} must be a str or None, got {type(value).__name__}")
     if not value or len(value) > max_chars:
         raise InvalidJob(f"{name} must be 1..{max_chars} characters")
+    if value[0].isspace() or value[-1].isspace():
+        # MySQL's PAD SPACE collation takes 'X ' for 'X': a search or bulk cancel of
+        # one would match the other. Refused for jobs and filters alike.
+        raise InvalidJob(f"{name} must not start or end with whitespace: {value!r}")
     _check_chars(name, value)
     return value
 

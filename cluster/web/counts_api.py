@@ -21,6 +21,8 @@ from cluster.errors import InvalidJob
 COUNTS_TOPICS_MAX = 1000
 COUNTS_TOPICS_DEFAULT = 100
 _DIGITS = re.compile(r"[0-9]{1,9}")
+# The query parameters GET /v1/jobs/counts takes; another is refused.
+COUNTS_PARAMS = frozenset({"limit"})
 
 
 class CountsApi:
@@ -28,6 +30,13 @@ class CountsApi:
     _counts: PendingCountsCache | None = None
 
     async def pending_counts(self, request: web.Request) -> web.Response:
+        unknown = sorted(set(request.query) - COUNTS_PARAMS)
+        if unknown:  # as search refuses them: a typo would otherwise go unnoticed
+            raise InvalidJob(
+                f"unknown query parameters {unknown}; known: {', '.join(sorted(COUNTS_PARAMS))}"
+            )
+        if len(request.query.getall("limit", [])) > 1:
+            raise InvalidJob("limit may be given once")
         limit = topics_limit(request.query.get("limit"))
         if self._counts is None:
             self._counts = PendingCountsCache(

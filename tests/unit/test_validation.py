@@ -272,3 +272,50 @@ def test_allowed_topics_with_an_empty_pattern_is_refused(allowed: str) -> None:
 
     with pytest.raises(ConfigError, match="allowed_topics"):
         Settings(allowed_topics=allowed)
+
+
+@pytest.mark.parametrize("field", ["biz_id", "biz_type"])
+@pytest.mark.parametrize("value", ["tenant-1 ", " tenant-1", "tenant-1\t", " ", "\u3000x"])
+def test_biz_fields_with_surrounding_whitespace_are_refused(field: str, value: str) -> None:
+    # PAD SPACE: 'tenant-1 ' would match 'tenant-1' in a search or a bulk cancel.
+    with pytest.raises(InvalidJob, match=f"{field} must not start or end with whitespace"):
+        check(**{field: value})
+
+
+@pytest.mark.parametrize("field", ["biz_id", "biz_type"])
+def test_biz_fields_with_inner_spaces_are_accepted(field: str) -> None:
+    assert getattr(check(**{field: "a b"}), field) == "a b"
+
+
+def test_a_search_filter_with_surrounding_whitespace_is_refused() -> None:
+    from cluster.store.search import make_search
+
+    with pytest.raises(InvalidJob, match="biz_id must not start or end with whitespace"):
+        make_search(biz_id="tenant-1 ")
+    assert make_search(biz_id="tenant-1").biz_id == "tenant-1"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"priority": 60000}, "priority must be an int"),
+        ({"priority": -1}, "priority must be an int"),
+        ({"max_attempts": 0}, "max_attempts must be an int"),
+        ({"max_attempts": 10**6}, "max_attempts must be an int"),
+        ({"job_id": "X "}, "job_id must not end with a space"),
+        ({"due_ms": -5}, "due_ms must be an int"),
+        ({"expires_after_ms": 0}, "expires_after_ms must be an int"),
+        ({"biz_id": " b"}, "biz_id must not start or end with whitespace"),
+    ],
+)
+def test_a_valid_job_made_elsewhere_is_checked_again(
+    change: dict[str, object], message: str
+) -> None:
+    import dataclasses
+
+    from cluster.model.job_bounds import check_valid_job
+
+    good = check()
+    assert check_valid_job(good) is good  # type: ignore[arg-type]
+    with pytest.raises(InvalidJob, match=message):
+        check_valid_job(dataclasses.replace(good, **change))  # type: ignore[type-var]

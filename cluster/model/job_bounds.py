@@ -1,0 +1,42 @@
+"""The bounds of a ValidJob made outside validate() (cluster/model/jobs.py), checked
+again before it is stored: schedule_validated() takes jobs its callers validated, and
+no path may store one out of bounds."""
+
+from __future__ import annotations
+
+from cluster.errors import InvalidJob
+from cluster.model.jobs import (
+    BIZ_ID_MAX_CHARS,
+    BIZ_TYPE_MAX_CHARS,
+    MAX_ATTEMPTS_LIMIT,
+    ValidJob,
+    _check_text,
+    check_job_id,
+    check_priority,
+)
+
+
+def check_valid_job(job: ValidJob) -> ValidJob:
+    """A ValidJob made elsewhere (schedule_validated's callers), checked again against
+    the bounds validate() keeps, so no path stores one out of them."""
+    check_job_id(job.job_id)
+    check_priority(job.priority)
+    if (
+        isinstance(job.max_attempts, bool)
+        or not isinstance(job.max_attempts, int)
+        or not 1 <= job.max_attempts <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise InvalidJob(f"max_attempts must be an int in 1..{MAX_ATTEMPTS_LIMIT}")
+    if isinstance(job.due_ms, bool) or not isinstance(job.due_ms, int) or job.due_ms < 0:
+        raise InvalidJob(f"due_ms must be an int >= 0, got {job.due_ms!r}")
+    if job.expires_after_ms is not None and (
+        isinstance(job.expires_after_ms, bool)
+        or not isinstance(job.expires_after_ms, int)
+        or job.expires_after_ms <= 0
+    ):
+        raise InvalidJob(f"expires_after_ms must be an int > 0, got {job.expires_after_ms!r}")
+    _check_text("biz_id", job.biz_id, BIZ_ID_MAX_CHARS)
+    _check_text("biz_type", job.biz_type, BIZ_TYPE_MAX_CHARS)
+    if not isinstance(job.payload_json, bytes):
+        raise InvalidJob("payload_json must be bytes")
+    return job

@@ -351,6 +351,11 @@ async def test_planted_members_cannot_point_the_server_anywhere(settings: Settin
                 "query": f"http://127.0.0.1:{port}/metrics?x=1",
                 "user": f"http://admin:pw@127.0.0.1:{port}/metrics",
                 "metadata": "http://169.254.169.254:80/metrics",
+                # IPv4 in other notations: the same addresses, written to slip past
+                "hex-metadata": "http://0xa9fea9fe:80/metrics",
+                "hex": f"http://0x7f000001:{port}/metrics",
+                "decimal": f"http://2130706433:{port}/metrics",
+                "octal": f"http://0177.0.0.1:{port}/metrics",
                 "endless": f"http://127.0.0.1:{port}/metrics",
             }
             async with contextlib.AsyncExitStack() as stack:
@@ -366,7 +371,8 @@ async def test_planted_members_cannot_point_the_server_anywhere(settings: Settin
 
                 assert await wait_for(lambda: _has(seen, set(urls)), timeout_s=30)
                 metrics = await seen()
-            for name in ("path", "query", "user", "metadata"):
+            refused = ["path", "query", "user", "metadata", "hex-metadata", "hex", "decimal"]
+            for name in [*refused, "octal"]:
                 assert metrics[name].startswith("refused"), metrics
             assert metrics["endless"] == "too large", metrics
             assert asked and set(asked) == {"/metrics"}, asked  # nothing else, no redirect

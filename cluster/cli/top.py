@@ -27,6 +27,7 @@ from rich.text import Text
 from cluster.cli.output import shown, shown_json
 from cluster.client.counts import CACHE_S, PendingCountsCache
 from cluster.observe.pending_view import tiers
+from cluster.observe.scrape_guard import scrape_session
 from cluster.observe.snapshot import SCRAPE_TIMEOUT_S, Snapshot, SnapshotReader
 from cluster.observe.status import SlotStatus
 from cluster.settings.config import Settings
@@ -195,7 +196,7 @@ async def run_top(settings: Settings, interval_s: float, once: bool, as_json: bo
     counts = PendingCountsCache(store, settings.redis_horizon_ms, CACHE_S)
     timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
     try:
-        async with aiohttp.ClientSession(timeout=timeout) as http:
+        async with scrape_session(timeout) as http:
             if once:
                 return await _print_once(reader, http, counts, interval_s, as_json)
             return await _live(reader, http, counts, interval_s)

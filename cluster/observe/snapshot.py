@@ -25,6 +25,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 from yarl import URL
 
+from cluster.observe.scrape_guard import allowed_address, odd_numeric_host
 from cluster.observe.status import ClusterStatus, SharedStatus, SlotStatus, StatusReader
 from cluster.settings.config import Settings
 
@@ -250,7 +251,9 @@ def build_snapshot(
 def scrape_url(info: Mapping[str, Any]) -> str | None:
     """The member's metrics_url if it has the form a node publishes
     (http[s]://host:port/metrics: no user, query or fragment, and not a link-local,
-    multicast or unspecified address such as a cloud metadata service's); None if not.
+    multicast or unspecified address such as a cloud metadata service's, nor an IPv4
+    address in another notation); None if not. A name is checked where it is resolved:
+    scrape with a scrape_guard.scrape_session().
 
     A member's record is whatever was written to ZooKeeper, so this is what keeps a
     planted record from pointing the scraper at any other path; the scrape itself
@@ -276,15 +279,13 @@ def scrape_url(info: Mapping[str, Any]) -> str | None:
         or url.raw_fragment
     ):
         return None
+    if odd_numeric_host(url.host):
+        return None  # an address written so as to slip past the check below
     try:
-        address = ipaddress.ip_address(url.host)
+        ipaddress.ip_address(url.host)
     except ValueError:
-        return str(url)  # a name: the one the node published
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        address = address.ipv4_mapped
-    if address.is_link_local or address.is_multicast or address.is_unspecified:
-        return None
-    return str(url)
+        return str(url)  # a name: its addresses are checked when it is resolved
+    return str(url) if allowed_address(url.host) else None
 
 
 async def scrape_members(

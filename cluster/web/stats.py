@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 
+from cluster.observe.scrape_guard import scrape_session
 from cluster.observe.snapshot import SCRAPE_TIMEOUT_S, Snapshot, SnapshotReader
 from cluster.observe.status import SharedStatus
 from cluster.settings.config import Settings
@@ -71,7 +72,7 @@ class StatsSampler:
 
     async def _run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
-        async with aiohttp.ClientSession(timeout=timeout) as http:
+        async with scrape_session(timeout) as http:
             while time.monotonic() - self._asked_at < IDLE_STOP_S:
                 await self._sample(http)
                 self._first.set()

@@ -348,17 +348,19 @@ async def test_the_http_routes_answer_the_same(made: tuple[DelayClient, list[Mad
         assert (status, body["matched"]) == (409, len(waiting)), body
         status, body, _ = await api.call("POST", "/v1/jobs/cancel", filters)
         assert (status, body["matched"]) == (409, len(waiting)), body
+        confirm = {**filters, "expected": len(waiting), "selection": body["selection"]}
         status, body, _ = await api.call(
-            "POST", "/v1/jobs/cancel", {**filters, "expected": len(waiting) + 2}
+            "POST", "/v1/jobs/cancel", {**confirm, "expected": len(waiting) + 2}
         )
         assert (status, body["matched"]) == (409, len(waiting)), body
-        status, body, _ = await api.call(
-            "POST", "/v1/jobs/cancel", {**filters, "expected": len(waiting)}, token=VIEWER
-        )
-        assert status == 403, body
+        # A count alone is a preview over HTTP: the set is confirmed by its token.
         status, body, _ = await api.call(
             "POST", "/v1/jobs/cancel", {**filters, "expected": len(waiting)}
         )
+        assert (status, body["matched"]) == (409, len(waiting)), body
+        status, body, _ = await api.call("POST", "/v1/jobs/cancel", confirm, token=VIEWER)
+        assert status == 403, body
+        status, body, _ = await api.call("POST", "/v1/jobs/cancel", confirm)
         assert status == 200, body
         assert (body["matched"], body["cancelled"], body["unknown"]) == (
             len(waiting),
@@ -417,3 +419,30 @@ async def test_cancel_by_count_is_bounded(
         await client.cancel_matching(topic="search.a", expected=len(waiting))
     rows = await client.mysql.get_many([job_id for _, job_id in waiting])
     assert JobStatus.CANCELLED not in {row.status for row in rows.values()}
+
+
+async def test_a_cancel_confirms_the_previewed_set_not_a_count(settings: Settings) -> None:
+    """Preview 10; one of them is cancelled and a new matching job scheduled, so 10
+    still match but not the same 10: the confirm cancels nothing (409), the new job
+    stays pending. Then the new preview's set is cancelled."""
+    async with DelayClient(settings) as client:
+        ids = await client.schedule_many(
+            [Job(topic="bulk.set", payload={}, delay=3600, biz_type="trial") for _ in range(10)]
+        )
+        async with serving(settings.replace(web_tokens=TOKENS), client) as api:
+            filters = {"topic": "bulk.set", "biz_type": "trial"}
+            status, preview, _ = await api.call("POST", "/v1/jobs/cancel", filters)
+            assert (status, preview["matched"]) == (409, 10), preview
+            assert await client.cancel(ids[0])
+            newcomer = await client.schedule("bulk.set", {}, delay=3600, biz_type="trial")
+            confirm = {**filters, "expected": 10, "selection": preview["selection"]}
+            status, body, _ = await api.call("POST", "/v1/jobs/cancel", confirm)
+            assert (status, body["matched"]) == (409, 10), body
+            assert body["selection"] != preview["selection"]
+            record = await client.get(newcomer)
+            assert record is not None and record.status == JobStatus.PENDING
+            confirm["selection"] = body["selection"]
+            status, body, _ = await api.call("POST", "/v1/jobs/cancel", confirm)
+            assert (status, body["matched"], body["cancelled"]) == (200, 10, 10), body
+        rows = await client.mysql.get_many([*ids[1:], newcomer])
+        assert {row.status for row in rows.values()} == {JobStatus.CANCELLED}

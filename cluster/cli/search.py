@@ -108,11 +108,13 @@ async def _cancel(client: DelayClient, args: argparse.Namespace) -> int:
         return 0
     if not args.yes and not confirmed(f"cancel {counted.matched} job(s)? [y/N] "):
         return 2
-    result = await client.cancel_matching(**filters, expected=counted.matched)
+    result = await client.cancel_matching(
+        **filters, expected=counted.matched, selection=counted.selection
+    )
     if not result.done:
         print(
-            f"delayq: {result.matched} job(s) match now, not {counted.matched}: nothing was "
-            "cancelled; run it again",
+            f"delayq: the matching jobs changed since they were counted ({result.matched} "
+            f"now, {counted.matched} then): nothing was cancelled; run it again",
             file=sys.stderr,
         )
         return 1

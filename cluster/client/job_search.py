@@ -2,16 +2,21 @@
 DelayClient.cancel_matching (cluster/client/delay_client.py) end here; the search itself
 is cluster/store/search.py.
 
-cancel_matching is confirmed by count, like a purge an operator confirms: it lists the
-matching jobs that can still be cancelled (pending or retrying), and cancels them only
-when the caller's `expected` equals their number; otherwise it changes nothing and says
-the number. At most CANCEL_MOST jobs a call: a wider filter is refused (narrow it).
+cancel_matching is confirmed like a purge an operator confirms: it lists the matching
+jobs that can still be cancelled (pending or retrying), and cancels them only when the
+caller's `expected` equals their number and, when given, its `selection` is the token
+of that very set (a digest of their ids, which every answer carries); otherwise it
+changes nothing and says the number and the token. A job that started or stopped
+matching since the preview changes the token, so confirming by selection cancels the
+set that was shown or nothing. At most CANCEL_MOST jobs a call: a wider filter is
+refused (narrow it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
@@ -53,6 +58,15 @@ class CancelMatching:
     already_final: int = 0
     unknown: int = 0
     unknown_ids: list[str] = field(default_factory=list)
+    selection: str = ""  # the token of the matched set (selection_of)
+
+
+def selection_of(job_ids: Sequence[str]) -> str:
+    """The token of a set of job ids: equal for the same set, whatever its order."""
+    digest = hashlib.sha256()
+    for job_id in sorted(job_ids):
+        digest.update(job_id.encode("utf-8", "surrogatepass") + b"\0")
+    return digest.hexdigest()[:32]
 
 
 def due_ms(name: str, value: object) -> object:
@@ -97,22 +111,31 @@ async def find_jobs(mysql: MySQLStore, search: JobSearch) -> JobPage:
 
 
 async def cancel_matching(
-    mysql: MySQLStore, changes: JobChanges, search: JobSearch, expected: object
+    mysql: MySQLStore,
+    changes: JobChanges,
+    search: JobSearch,
+    expected: object,
+    selection: object = None,
 ) -> CancelMatching:
     """Cancel the pending and retrying jobs the search matches, if `expected` is their
-    number (module docstring)."""
+    number and `selection` (when given) their token (module docstring)."""
     if expected is not None and (
         isinstance(expected, bool) or not isinstance(expected, int) or expected < 0
     ):
         raise InvalidJob(
             f"expected must be an int >= 0 (the number to cancel), got {expected!r:.40}"
         )
+    if selection is not None and (not isinstance(selection, str) or len(selection) > 64):
+        raise InvalidJob("selection must be the token a preview answered (a short string)")
     waiting = [s for s in WAITING_STATUSES if not search.statuses or s in search.statuses]
     if not waiting:
-        return CancelMatching(matched=0, done=expected == 0)
+        empty = selection_of([])
+        done = expected == 0 and selection in (None, empty)
+        return CancelMatching(matched=0, done=done, selection=empty)
     job_ids = await _matching_ids(mysql, replace(search, statuses=tuple(waiting)))
-    if expected != len(job_ids):
-        return CancelMatching(matched=len(job_ids), done=False)
+    token = selection_of(job_ids)
+    if expected != len(job_ids) or selection not in (None, token):
+        return CancelMatching(matched=len(job_ids), done=False, selection=token)
     gate = asyncio.Semaphore(_CANCELS_AT_ONCE)
 
     async def cancel_one(job_id: str) -> ChangeStatus | None:
@@ -132,6 +155,7 @@ async def cancel_matching(
         already_final=len(job_ids) - cancelled - len(unknown_ids),
         unknown=len(unknown_ids),
         unknown_ids=unknown_ids,
+        selection=token,
     )
 
 
@@ -201,11 +225,15 @@ class JobSearchActions:
         due_from: int | dt.datetime | None = None,
         due_to: int | dt.datetime | None = None,
         expected: int | None = None,
+        selection: str | None = None,
     ) -> CancelMatching:
         """Cancel the pending and retrying jobs matching the filters (as search_jobs),
-        only if `expected` equals their number; else change nothing and answer the
-        number (done False). Call it with expected=None to learn the number. At most
-        10,000 jobs: InvalidJob when more match (narrow the filter)."""
+        only if `expected` equals their number and `selection`, when given, is the
+        token of that set; else change nothing and answer the number and the token
+        (done False). Call it with expected=None to preview them; give the preview's
+        selection back to cancel exactly the set it showed (expected alone confirms a
+        count, not a set). At most 10,000 jobs: InvalidJob when more match (narrow the
+        filter)."""
         search = checked_search(
             topic=topic,
             status=status,
@@ -215,7 +243,7 @@ class JobSearchActions:
             due_to=due_to,
         )
         changes = self._job_changes()
-        return await _reached(cancel_matching(self.mysql, changes, search, expected))
+        return await _reached(cancel_matching(self.mysql, changes, search, expected, selection))
 
 
 async def _reached(work: Awaitable[T]) -> T:

@@ -66,7 +66,8 @@ SEARCH_OPERATIONS: dict[str, tuple[str, str | None, dict[int, str], list[dict[st
     ),
     "cancel_matching": (
         "Cancel the pending and retrying jobs a filter matches, confirmed by their count "
-        '("expected"): 409 with the count otherwise',
+        '("expected") and the token of their set ("selection") a preview answered: 409 '
+        "with both otherwise (nothing cancelled)",
         "CancelMatching",
         {200: "CancelledMatching"},
         [],
@@ -91,7 +92,8 @@ SEARCH_SCHEMAS: dict[str, Any] = {
     "CancelMatching": {
         "type": "object",
         "description": "The filter (as GET /v1/jobs's; status a name, names separated by "
-        "commas, or an array of names) and the number of jobs it matches, as a 409 answer said",
+        "commas, or an array of names), and the number of jobs it matches and the token of "
+        "their set, as a 409 answer said",
         "additionalProperties": False,
         "properties": {
             "topic": {**TOPIC, "type": ["string", "null"]},
@@ -114,6 +116,12 @@ SEARCH_SCHEMAS: dict[str, Any] = {
                 "type": ["integer", "null"],
                 "minimum": 0,
                 "description": f"the number of jobs to cancel (at most {CANCEL_MOST:,})",
+            },
+            "selection": {
+                "type": ["string", "null"],
+                "maxLength": 64,
+                "description": "the token of the matched set a 409 answer gave: the cancel "
+                "is made only if the same jobs match now",
             },
         },
     },
@@ -139,4 +147,10 @@ SEARCH_SCHEMAS: dict[str, Any] = {
     },
 }
 # The member a 409 of cancel_matching adds to its problem.
-PROBLEM_MEMBERS = {"matched": {"type": "integer", "description": "409 of a cancel by filter"}}
+PROBLEM_MEMBERS = {
+    "matched": {"type": "integer", "description": "409 of a cancel by filter"},
+    "selection": {
+        "type": "string",
+        "description": "409 of a cancel by filter: the token of the matched set, to confirm it",
+    },
+}

@@ -26,7 +26,7 @@ SEARCH_PARAMS = frozenset(
 )
 # The fields of POST /v1/jobs/cancel's body.
 CANCEL_FIELDS = frozenset(
-    {"topic", "status", "biz_id", "biz_type", "due_from", "due_to", "expected"}
+    {"topic", "status", "biz_id", "biz_type", "due_from", "due_to", "expected", "selection"}
 )
 # Status values one search takes at most (repeated ?status= or comma-separated).
 STATUS_VALUES_MAX = 12
@@ -87,15 +87,21 @@ class SearchApi:
             biz_type=body.get("biz_type"),
             due_from=body_time(body.get("due_from"), "due_from"),
             due_to=body_time(body.get("due_to"), "due_to"),
-            expected=expected,
+            # Over HTTP a cancel confirms the previewed set: without its selection token
+            # it is a preview.
+            expected=expected if body.get("selection") is not None else None,
+            selection=body.get("selection"),
         )
         if not result.done:
             given = "not given" if expected is None else f"{expected}"
             raise Problem(
                 "unconfirmed",
                 f"{result.matched} pending or retrying jobs match; send the request again "
-                f'with "expected": {result.matched} to cancel them (expected was {given})',
+                f'with "expected": {result.matched} and "selection": "{result.selection}" '
+                f"to cancel them (expected was {given}; the selection changes when any job "
+                "starts or stops matching)",
                 matched=result.matched,
+                selection=result.selection,
             )
         answer: dict[str, Any] = {
             "matched": result.matched,

@@ -3,8 +3,9 @@
 // next_cursor asks for the next one), each row with reschedule, fire now and cancel
 // (actions.js), and "Cancel all matching" (POST /v1/jobs/cancel: first without
 // `expected`, which changes nothing and answers 409 "unconfirmed" with the number that
-// match; then with that number, confirmed by the operator, as `expected`: the server
-// refuses with 409 again if the selection has changed since).
+// match and the token of that set; then, confirmed by the operator, with that number as
+// `expected` and the token as `selection`: the server cancels nothing, answering 409
+// again, if any job started or stopped matching since).
 
 import { cancelJob, fireNow, rescheduleJob } from "./actions.js";
 import { call } from "./api.js";
@@ -152,14 +153,15 @@ function render() {
 }
 
 /** Cancel every job the search matches: the server counts them, the
- * operator confirms that count, and the cancel names it, so a selection that changed
- * in between is refused rather than cancelled. */
+ * operator confirms that count, and the cancel names the set counted (its token), so a
+ * selection that changed in between is refused rather than cancelled. */
 async function cancelAll() {
   const message = byId("search-message");
   const selection = { ...filters };
   if (selection.status) selection.status = selection.status.split(",");
-  const counted = await bulkCancel(selection, null, message);
-  if (typeof counted !== "number") return;
+  const preview = await bulkCancel(selection, null, message);
+  if (preview === null || typeof preview.matched !== "number") return;
+  const counted = preview.matched;
   if (counted === 0) {
     say(message, "No job matches: nothing to cancel.", "info");
     return;
@@ -174,7 +176,7 @@ async function cancelAll() {
     danger: true,
   });
   if (!yes) return;
-  const answer = await bulkCancel(selection, counted, message);
+  const answer = await bulkCancel(selection, preview, message);
   if (answer === null) return;
   await load([null]);
   const n = answer.cancelled;
@@ -186,17 +188,18 @@ async function cancelAll() {
   say(message, text, answer.unknown ? "warn" : "ok");
 }
 
-/** POST /v1/jobs/cancel. Without `expected` (null): the number that match, from the 409
- * "unconfirmed" answer. With it: the answer. Null after saying what went wrong. */
-async function bulkCancel(selection, expected, message) {
-  const body = expected === null ? selection : { ...selection, expected };
+/** POST /v1/jobs/cancel. Without a preview (null): {matched, selection} from the 409
+ * "unconfirmed" answer. With it: the answer of the cancel of that set. Null after saying
+ * what went wrong. */
+async function bulkCancel(filter, preview, message) {
+  const body = preview === null ? filter : { ...filter, expected: preview.matched, selection: preview.selection };
   try {
     return await call("POST", "/v1/jobs/cancel", body);
   } catch (error) {
-    if (expected === null && error.kind === "unconfirmed" && typeof error.problem.matched === "number") {
-      return error.problem.matched;
+    if (preview === null && error.kind === "unconfirmed" && typeof error.problem.matched === "number") {
+      return { matched: error.problem.matched, selection: error.problem.selection };
     }
-    if (await explainFailure(error, message, "Cancelling the jobs")) return bulkCancel(selection, expected, message);
+    if (await explainFailure(error, message, "Cancelling the jobs")) return bulkCancel(filter, preview, message);
     return null;
   }
 }

@@ -27,7 +27,7 @@ from cluster.client.recurring import RecurringSchedule, check_name, describe
 from cluster.errors import InvalidJob, OutcomeUnknown, RedisStepFailed, StoreUnavailable
 from cluster.model.changes import ChangeResult, ChangeStatus
 from cluster.model.jobs import ValidJob, check_job_id, check_topic
-from cluster.web.auth import Permission
+from cluster.web.auth import Permission, shown_to
 from cluster.web.batcher import ScheduleBatcher
 from cluster.web.bodies import BodyReader, json_object, schedule_request
 from cluster.web.counts_api import CountsApi
@@ -59,9 +59,9 @@ class Route:
 
 ROUTES = (
     Route("POST", "/v1/jobs", "schedule", Permission.WRITE_JOBS),
-    Route("GET", "/v1/jobs", "search_jobs", Permission.READ_JOBS),
-    Route("POST", "/v1/jobs/cancel", "cancel_matching", Permission.WRITE_JOBS),
-    Route("GET", "/v1/jobs/counts", "pending_counts", Permission.READ_JOBS),
+    Route("GET", "/v1/jobs", "search_jobs", Permission.SEARCH_JOBS),
+    Route("POST", "/v1/jobs/cancel", "cancel_matching", Permission.BULK_JOBS),
+    Route("GET", "/v1/jobs/counts", "pending_counts", Permission.SEARCH_JOBS),
     Route("GET", "/v1/jobs/{job_id}", "get_job", Permission.READ_JOBS),
     Route("DELETE", "/v1/jobs/{job_id}", "cancel", Permission.WRITE_JOBS),
     Route("POST", "/v1/jobs/{job_id}/reschedule", "reschedule", Permission.WRITE_JOBS),
@@ -165,7 +165,7 @@ class Api(CountsApi, RecurringApi, SearchApi):
         record = await self.client.get(job_id)
         if record is None:
             raise Problem("not-found", f"no job {job_id!r}")
-        answer = record_json(record)
+        answer = shown_to(request, record_json(record))
         if with_history:
             answer["history"] = history_json(await history_of(self.client.mysql, record))
         return json_response(answer)
@@ -194,7 +194,8 @@ class Api(CountsApi, RecurringApi, SearchApi):
         topic, limit = _listing(request)
         listed = await self.client.dead_letters(topic=topic, limit=limit)
         count = await self.client.count_dead(topic=topic)
-        return json_response({"dead_letters": [dead_json(job) for job in listed], "count": count})
+        dead = [shown_to(request, dead_json(job)) for job in listed]
+        return json_response({"dead_letters": dead, "count": count})
 
     async def get_dead(self, request: web.Request) -> web.Response:
         job_id = check_job_id(request.match_info["job_id"])
@@ -202,7 +203,7 @@ class Api(CountsApi, RecurringApi, SearchApi):
         if job is None:
             raise Problem("not-found", f"no job {job_id!r} in the dead-letter set")
         history = history_json(await self.client.mysql.history(job_id))
-        return json_response({**dead_json(job), "history": history})
+        return json_response({**shown_to(request, dead_json(job)), "history": history})
 
     async def replay_dead(self, request: web.Request) -> web.Response:
         job_ids, topic = _selection(await self.bodies.json(request))
@@ -218,7 +219,8 @@ class Api(CountsApi, RecurringApi, SearchApi):
         topic, limit = _listing(request)
         listed = await self.client.expired_jobs(topic=topic, limit=limit)
         count = await self.client.count_expired(topic=topic)
-        return json_response({"expired": [record_json(job) for job in listed], "count": count})
+        expired = [shown_to(request, record_json(job)) for job in listed]
+        return json_response({"expired": expired, "count": count})
 
     # ----- recurring schedules -------------------------------------------------------------
 

@@ -10,6 +10,9 @@ import hmac
 import ipaddress
 import socket
 from enum import StrEnum
+from typing import Any
+
+from aiohttp import web
 
 from cluster.errors import ConfigError
 
@@ -19,23 +22,53 @@ TOKEN_MIN_CHARS = 16
 
 class Role(StrEnum):
     PRODUCER = "producer"  # schedule, cancel, reschedule, get; recurring schedules
-    OPERATOR = "operator"  # everything: also dead letters and the cluster
-    VIEWER = "viewer"  # read only: jobs, dead letters, the cluster
+    OPERATOR = "operator"  # everything: also search, bulk cancel, dead letters, the cluster
+    VIEWER = "viewer"  # read only, payloads hidden: jobs, search, dead letters, the cluster
 
 
 class Permission(StrEnum):
     WRITE_JOBS = "jobs:write"  # schedule, cancel, reschedule; put and remove schedules
-    READ_JOBS = "jobs:read"
+    READ_JOBS = "jobs:read"  # a job by its id, recurring schedules
+    SEARCH_JOBS = "jobs:search"  # search every job, pending counts per topic
+    BULK_JOBS = "jobs:bulk"  # cancel every job a filter matches
+    READ_PAYLOADS = "payloads:read"  # payloads in the answers (hidden from the others)
     READ_DEAD = "dead:read"
     WRITE_DEAD = "dead:write"  # replay, purge
     READ_CLUSTER = "cluster:read"
 
 
 GRANTS: dict[Role, frozenset[Permission]] = {
-    Role.PRODUCER: frozenset({Permission.WRITE_JOBS, Permission.READ_JOBS}),
+    # A producer acts on jobs whose ids it knows (its own), never on every job.
+    Role.PRODUCER: frozenset(
+        {Permission.WRITE_JOBS, Permission.READ_JOBS, Permission.READ_PAYLOADS}
+    ),
     Role.OPERATOR: frozenset(Permission),
-    Role.VIEWER: frozenset({Permission.READ_JOBS, Permission.READ_DEAD, Permission.READ_CLUSTER}),
+    Role.VIEWER: frozenset(
+        {
+            Permission.READ_JOBS,
+            Permission.SEARCH_JOBS,
+            Permission.READ_DEAD,
+            Permission.READ_CLUSTER,
+        }
+    ),
 }
+# Where the authenticating middleware leaves the request's role (None: no tokens set,
+# every request has operator rights).
+ROLE_KEY = "delayq.role"
+
+
+def may_read_payloads(role: Role | None) -> bool:
+    return role is None or Permission.READ_PAYLOADS in GRANTS[role]
+
+
+def without_payload(answer: dict[str, Any]) -> dict[str, Any]:
+    """A job's answer for a role that may not read payloads: payload null, said so."""
+    if "payload" in answer:
+        answer["payload"] = None
+    if isinstance(answer.get("record"), dict):  # a dead letter's record
+        answer["record"] = {k: v for k, v in answer["record"].items() if k != "payload"}
+    answer["payload_hidden"] = True
+    return answer
 
 
 def parse_tokens(text: str) -> dict[str, Role]:
@@ -107,3 +140,8 @@ def is_loopback(host: str) -> bool:
     return bool(addresses) and all(
         ipaddress.ip_address(str(address).split("%")[0]).is_loopback for address in addresses
     )
+
+
+def shown_to(request: web.Request, answer: dict[str, Any]) -> dict[str, Any]:
+    """A job's answer as the request's role may see it (payloads: READ_PAYLOADS)."""
+    return answer if may_read_payloads(request.get(ROLE_KEY)) else without_payload(answer)

@@ -140,6 +140,10 @@ SCHEMAS: dict[str, Any] = {
                 "number", description="seconds after the due time; null: never expires"
             ),
             "priority": {"type": "integer"},
+            "payload_hidden": {
+                "type": "boolean",
+                "description": "true: the token's role may not read payloads (payload null)",
+            },
             "history": {"type": "array", "items": ref("HistoryEntry")},
         },
     },
@@ -187,7 +191,15 @@ SCHEMAS: dict[str, Any] = {
             "died": {"type": "string", "format": "date-time"},
             "attempts": nullable("integer"),
             "last_error": nullable("string"),
-            "record": {"type": "object", "description": "the record it would have fired"},
+            "record": {
+                "type": "object",
+                "description": "the record it would have fired (without its payload when "
+                "payload_hidden)",
+            },
+            "payload_hidden": {
+                "type": "boolean",
+                "description": "true: the token's role may not read payloads",
+            },
             "history": {"type": "array", "items": ref("HistoryEntry")},
         },
     },

@@ -16,6 +16,7 @@ from aiohttp import web
 from cluster.client.delay_client import DelayClient
 from cluster.client.job_json import record_json
 from cluster.errors import InvalidJob
+from cluster.web.auth import shown_to
 from cluster.web.bodies import BodyReader, json_object
 from cluster.web.problems import Problem
 
@@ -65,11 +66,17 @@ class SearchApi:
             limit=int(limit),
             cursor=query.get("cursor"),
         )
-        body = {"jobs": [record_json(job) for job in page.jobs], "next_cursor": page.next_cursor}
+        jobs = [shown_to(request, record_json(job)) for job in page.jobs]
+        body = {"jobs": jobs, "next_cursor": page.next_cursor}
         return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     async def cancel_matching(self, request: web.Request) -> web.Response:
         body = json_object(await self.bodies.json(request), CANCEL_FIELDS, "the filter")
+        if all(body.get(name) is None for name in CANCEL_FIELDS - {"expected", "selection"}):
+            raise InvalidJob(
+                "give at least one filter (topic, status, biz_id, biz_type, due_from, "
+                "due_to): an empty filter would match every pending job"
+            )
         expected = body.get("expected")
         if expected is not None and (
             isinstance(expected, bool) or not isinstance(expected, int) or expected < 0

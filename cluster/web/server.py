@@ -21,7 +21,7 @@ from cluster.client.delay_client import DelayClient
 from cluster.errors import ConfigError
 from cluster.settings.config import Settings
 from cluster.web.api import ROUTES, Api, Handler, json_response, problems_middleware
-from cluster.web.auth import GRANTS, Tokens, is_loopback, parse_tokens
+from cluster.web.auth import GRANTS, ROLE_KEY, Tokens, is_loopback, parse_tokens
 from cluster.web.deadline import KEEPALIVE_S, HeaderDeadlineSite, request_started
 from cluster.web.guard import RequestGuard, allowed_names
 from cluster.web.metrics import WebMetricsServer
@@ -74,6 +74,7 @@ def make_app(
             raise Problem("unauthorized", "send Authorization: Bearer <token> with a known token")
         if permission not in GRANTS[role]:
             raise Problem("forbidden", f"the role {role} may not {permission}")
+        request[ROLE_KEY] = role
         return await handler(request)
 
     app = web.Application(

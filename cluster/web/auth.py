@@ -54,7 +54,7 @@ GRANTS: dict[Role, frozenset[Permission]] = {
 }
 # Where the authenticating middleware leaves the request's role (None: no tokens set,
 # every request has operator rights).
-ROLE_KEY = "delayq.role"
+ROLE_KEY = web.RequestKey("delayq.role", Role)
 
 
 def may_read_payloads(role: Role | None) -> bool:

@@ -42,9 +42,8 @@ UNKNOWN_DATABASE = 1049
 HOME, COPYING, MOVED = "home", "copying", "moved"
 # How often a call waiting out a move's switch looks for the new home.
 SWITCH_POLL_S = 0.05
-# Unknown shards (their server down at the last look) are looked for at most this often,
-# and while a server is down or a shard has two homes the homes are read again in the
-# background this often; otherwise every RECHECK_EVERY_S, for a home row changed by hand.
+# Unknown shards are looked for, and homes read again while a server is down or a shard
+# has two homes, at most this often; else every RECHECK_EVERY_S (a row changed by hand).
 REDISCOVER_EVERY_S = 1.0
 RECHECK_EVERY_S = 10.0
 # A server cut off for silence that has answered nothing since is waited for only this
@@ -174,7 +173,9 @@ class ShardRouter:
             if self.conflicts.get(d) != servers:
                 log.error("%s", self.conflict_error(d, servers))
         self.conflicts = conflicts
-        self.homes = {d: servers[0] for d, servers in claims.items() if len(servers) == 1}
+        # A home that stopped answering stays the home until a server that answers differs.
+        kept = {d: i for d, i in self.homes.items() if i in self.down and d not in claims}
+        self.homes = kept | {d: servers[0] for d, servers in claims.items() if len(servers) == 1}
         self.in_transit = moving - set(claims)
 
     def conflict_error(self, d: int, servers: list[int]) -> ShardHomeConflict:

@@ -416,7 +416,7 @@ def test_db_help_describes_prune(settings: Settings) -> None:
     assert shown.returncode == 0
     text = "".join(shown.stdout.split())  # as wrapped to any width
     for part in (
-        "{migrate,prune,move-shard}",
+        "{migrate,prune,move-shard,homes}",
         "prune: delete the fired, cancelled and expired jobs last changed more than",
         "(--dry-run: how many would)",
         "7d, 12h, 30m, 90s",

@@ -7,10 +7,11 @@ Liveness is about the process: every actor runs and none has been busy with one 
 for longer than stall_timeout_s (an actor waiting for work is idle, not stuck; see
 actors/lifecycle.py). A failing liveness probe means "restart me".
 
-Readiness is about the cluster: the node is a member with a live ZooKeeper session,
-holds every slot the slot map gives it, and Redis, MySQL and Kafka answered within
-ready_timeout_s (actors/sampler.py checks them every stats_interval_ms). A node that is
-not ready keeps running and recovers by itself; it must not be restarted for it.
+Readiness is about the cluster: the node is a member (not withdrawn for want of Redis
+or Kafka, actors/withdrawal.py) with a live ZooKeeper session, holds every slot the slot
+map gives it, and Redis, MySQL and Kafka answered within ready_timeout_s
+(actors/sampler.py checks them every stats_interval_ms). A node that is not ready keeps
+running and recovers by itself; it must not be restarted for it.
 """
 
 from __future__ import annotations
@@ -66,7 +67,10 @@ def liveness(parts: NodeParts, settings: Settings) -> Verdict:
 def readiness(parts: NodeParts, settings: Settings) -> Verdict:
     problems = []
     membership = parts.membership
-    if membership.member is None:
+    withdrawn = membership.withdrawal.reason
+    if withdrawn is not None:
+        problems.append(f"withdrawn from the cluster, its slots given to the others: {withdrawn}")
+    elif membership.member is None:
         problems.append("not a member of the cluster (joining or rejoining)")
     else:
         state = membership.session_state()

@@ -38,7 +38,9 @@ even before it notices. When its session is lost, or ZooKeeper has not answered 
 most of the session timeout, a node drops every slot at once and rejoins with a new
 session; until then the same bound is its lease (actors/ownership.py), which its actors
 check before each step, so a node waking from a freeze acts on nothing, even where
-Redis lost the epochs that would fence it.
+Redis lost the epochs that would fence it. A node that ZooKeeper hears from but that
+cannot reach Redis or Kafka gives its slots up to the other members and leaves the slot
+map until both answer again (actors/withdrawal.py).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from actors.assignment import assign
 from actors.cluster_layout import ensure_layout
 from actors.lifecycle import Actor, Tick
 from actors.ownership import HeldSlots
+from actors.withdrawal import Withdrawal
 from cluster.connections.zk_conn import (
     acl_problem,
     check_acls,
@@ -120,6 +123,7 @@ class Membership(Actor):
         on_acquired: Callable[[int], None],
         quiesce: Callable[[int], Awaitable[None]],
         adopt: Callable[[int, int], Awaitable[None]] | None = None,
+        withdrawal: Withdrawal | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
@@ -128,6 +132,8 @@ class Membership(Actor):
         self.on_acquired = on_acquired
         self.quiesce = quiesce
         self.adopt = adopt
+        # Gives the slots up while Redis or Kafka does not answer (actors/withdrawal.py).
+        self.withdrawal = withdrawal or Withdrawal(settings, None)
         # The actors act on the slots only while ZooKeeper confirmed them this recently
         # (actors/ownership.py): the watchdog below drops them at the same bound, but
         # only at its next tick, and a node that wakes from a freeze acts before that.
@@ -214,7 +220,8 @@ class Membership(Actor):
         timeout = self.settings.zk_session_timeout_ms / 1000
         while not self.stopping:
             try:
-                await asyncio.wait_for(self._reconcile(), timeout * 2)
+                if not await self.withdrawal.step(self):
+                    await self.withdrawal.unless_cut_off(self._reconcile(), timeout * 2)
             except Exception as error:  # ZooKeeper or Redis unreachable: try again soon
                 log.warning("membership: %s: %s", type(error).__name__, error)
             self.held.changed.clear()

@@ -42,10 +42,12 @@ from actors.recurring import RecurringTicks
 from actors.retention import Retention
 from actors.sampler import Sampler
 from actors.scanner import SlotScanner
+from actors.store_watch import StoreWatch
 from actors.supervisor import Supervisor
 from actors.tombstones import Tombstones
 from actors.transactions import SlotTransactions
 from actors.wake_listener import WakeListener
+from actors.withdrawal import Withdrawal
 from cluster.connections.kafka_conn import start_client
 from cluster.connections.redis_conn import RedisClient, open_redis
 from cluster.errors import ClusterConfigError, ConfigError, SchemaError, StartupFailed, UnsafeConfig
@@ -200,8 +202,24 @@ class Node:
             reconcile_queue.put_nowait(slot)
             filler.acquired(slot)
 
+        async def redis_answers() -> bool:
+            return bool(await redis.ping())
+
+        async def kafka_answers() -> bool:
+            return bool(await producer.client.force_metadata_update())
+
+        # Off (0): nothing to check for.
+        bound_s = s.store_unreachable_release_ms / 1000
+        asks = {"redis": redis_answers, "kafka": kafka_answers}
+        store_watch = StoreWatch(bound_s, asks) if bound_s > 0 else None
         membership = Membership(
-            s, scripts, held, on_acquired=acquired, quiesce=dispatcher.wait_idle, adopt=reaper.adopt
+            s,
+            scripts,
+            held,
+            on_acquired=acquired,
+            quiesce=dispatcher.wait_idle,
+            adopt=reaper.adopt,
+            withdrawal=Withdrawal(s, store_watch),
         )
         # Stop order: sources of work first, finishers last; membership releases the
         # slots once everything else is done with them.
@@ -221,6 +239,8 @@ class Node:
                 reaper,
                 recorder,
                 membership,
+                # After the membership, which reads it until it has left.
+                *([store_watch] if store_watch is not None else []),
             ]
         )
         return NodeParts(

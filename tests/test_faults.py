@@ -140,10 +140,17 @@ async def scenario(
     tmp_path: Path,
     fault: Callable[[list[NodeProcess]], Awaitable[None]],
     nodes: int = 2,
-    node_env: dict[str, str] | None = None,
+    node_env: dict[str, str] | Callable[[int], dict[str, str]] | None = None,
     extra: Callable[[int], list[dict[str, Any]]] | None = None,
 ) -> tuple[Verdict, Ledger]:
-    procs = [NodeProcess(settings, tmp_path, f"{name}-{i}", node_env) for i in range(nodes)]
+    """`nodes` node processes (node_env: the same variables for each, or each one's by
+    its index) under the steady load, `fault` struck 2 s into it; settled and judged."""
+    procs = [
+        NodeProcess(
+            settings, tmp_path, f"{name}-{i}", node_env(i) if callable(node_env) else node_env
+        )
+        for i in range(nodes)
+    ]
     ledger = Ledger()
     try:
         for proc in procs:

@@ -1,5 +1,6 @@
-"""A TCP relay a test can cut: one node reaches ZooKeeper through it, so the test can
-partition that node from ZooKeeper alone.
+"""A TCP relay a test can cut: one node reaches ZooKeeper (or Redis, or MySQL; Kafka
+through tests/kafka_relay.py) through it, so the test can partition that node from that
+service alone.
 
 Cut, it forwards nothing in either direction and answers nothing, but closes nothing:
 bytes wait in the relay (and the kernel's buffers), new connections are accepted and
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
+from typing import Any
 
 HOST = "127.0.0.1"
 CHUNK = 65536
@@ -38,6 +41,7 @@ class Relay:
         return f"{HOST}:{self.port}"
 
     def cut(self) -> None:
+        """Blackhole: forward nothing from now on, close nothing."""
         self._open.clear()
 
     def heal(self) -> None:
@@ -62,10 +66,20 @@ class Relay:
             writer.close()
             return
         self._writers.add(up_writer)
-        for source, sink in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(self._pump(source, sink))
+        for pump in self.pumps(reader, writer, up_reader, up_writer):
+            task = asyncio.create_task(pump)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def pumps(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+    ) -> list[Coroutine[Any, Any, None]]:
+        """What carries one connection's bytes: to the server, and back."""
+        return [self._pump(reader, up_writer), self._pump(up_reader, writer)]
 
     async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
         try:

@@ -61,6 +61,11 @@ class Settings:
     zk_hosts: str = "127.0.0.1:2181"
     zk_root: str = "/delayq"
     zk_session_timeout_ms: int = 10000
+    # A node whose Redis or Kafka has not answered its checks for this long gives its
+    # slots up and leaves the slot map, when another member can do their work; it takes
+    # its share back once both have answered every check for as long
+    # (actors/store_watch.py, actors/withdrawal.py). 0: never.
+    store_unreachable_release_ms: int = 5000
 
     # Layout. Slot count must be a power of two and is fixed for the life of a cluster.
     key_prefix: str = "dq"
@@ -301,6 +306,11 @@ class Settings:
             )
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
+        if self.store_unreachable_release_ms < 0:
+            raise ConfigError(
+                "store_unreachable_release_ms must be >= 0 (0: never), got "
+                f"{self.store_unreachable_release_ms}"
+            )
         if self.redis_wait_replicas < 0:
             raise ConfigError(f"redis_wait_replicas must be >= 0, got {self.redis_wait_replicas}")
         if (fallback := self.redis_wait_fallback) not in ("raise", "mysql"):

@@ -28,6 +28,7 @@ import pytest
 from cluster import DelayClient
 from cluster.connections.redis_conn import RedisClient
 from cluster.settings.config import Settings
+from tests.checker import Verdict
 from tests.conftest import Collector
 from tests.kafka_relay import KafkaRelay
 from tests.processes import FAST_FAILOVER, NodeProcess, slots_served_by, wait_served
@@ -100,10 +101,55 @@ async def test_a_node_cut_off_from_one_service(
     collector: Collector,
     tmp_path: Path,
 ) -> None:
+    await cut_off_from(service, settings, client, redis, topic, collector, tmp_path)
+
+
+@pytest.mark.long
+@pytest.mark.timeout(240)
+async def test_a_node_cut_off_from_kafka_with_exactly_once(
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    tmp_path: Path,
+) -> None:
+    """With delivery = exactly_once, what node 0 had sent when it was cut off and what
+    the others fire of its slots never both reach a read_committed consumer: the others'
+    transactions fence node 0's transactional ids."""
+    collector = Collector(settings, topic, isolation_level="read_committed")
+    await collector.start()
+    try:
+        result = await cut_off_from(
+            "kafka",
+            settings,
+            client,
+            redis,
+            topic,
+            collector,
+            tmp_path,
+            {"DELAYQ_DELIVERY": "exactly_once"},
+        )
+    finally:
+        await collector.stop()
+    assert result.duplicates == 0
+
+
+async def cut_off_from(
+    service: str,
+    settings: Settings,
+    client: DelayClient,
+    redis: RedisClient,
+    topic: str,
+    collector: Collector,
+    tmp_path: Path,
+    extra_env: dict[str, str] | None = None,
+) -> Verdict:
+    """The scenario (module docstring), judged; its verdict."""
     host, port = _target(settings, service)
     relay = KafkaRelay(host, port) if service == "kafka" else Relay(port)
     await relay.start()
-    env = {"DELAYQ_STORE_UNREACHABLE_RELEASE_MS": str(RELEASE_MS)}
+    env = {"DELAYQ_STORE_UNREACHABLE_RELEASE_MS": str(RELEASE_MS), **(extra_env or {})}
+    name = f"cut-from-{service}" + ("-eos" if extra_env else "")
     through = {f"DELAYQ_{SETTING[service]}": _through(settings, service, relay)}
     marks: dict[str, float] = {}
     held: list[int] = []
@@ -135,7 +181,7 @@ async def test_a_node_cut_off_from_one_service(
 
     try:
         result, ledger = await scenario(
-            f"cut-from-{service}",
+            name,
             settings,
             client,
             redis,
@@ -158,7 +204,7 @@ async def test_a_node_cut_off_from_one_service(
     lateness = [float(r["received_ms"]) - float(r["due_ms"]) for r in during]
     by_cut_node = [r for r in during if r["node"] == cut_off.name]
     print(
-        f"[cut-from-{service}] node 0 held {len(held)} of {settings.slots} slots; "
+        f"[{name}] node 0 held {len(held)} of {settings.slots} slots; "
         + (
             f"the others served them {marks['taken'] - marks['cut']:.2f} s after the cut "
             f"(bound {_bound_s(service):.1f} s); "
@@ -177,3 +223,4 @@ async def test_a_node_cut_off_from_one_service(
     if service == "mysql":
         assert "withdrew from the cluster" not in log
         assert by_cut_node  # it kept firing what Redis held
+    return result

@@ -20,7 +20,7 @@ from tests.mysql_tools import count_outbox, count_rows, id_on_server
 
 # In GBK, the last byte of 中's UTF-8 (0xAD) and the backslash escaping the quote
 # (0x5C) are one character: the quote would end the literal and the rest be SQL.
-BREAKOUT = "中', 0, NULL) -- "
+BREAKOUT = "中', 0, NULL) -- x"  # '-- ' comments out the rest of the line
 
 
 @pytest.fixture

@@ -283,7 +283,7 @@ class Membership(Actor):
             self.held.confirmed(asked_at)
 
     async def _release(self, slot: int) -> None:
-        version, epoch = self._claimed[slot]
+        epoch = self._claimed[slot][1]
         if self.held.release(slot):  # actors stop working on it now
             try:
                 await asyncio.wait_for(
@@ -291,14 +291,23 @@ class Membership(Actor):
                 )
             except TimeoutError:
                 log.warning("slot %d: rounds still in flight at hand-off", slot)
-        path = f"{self.root}/slots/{slot}"
-        try:
-            released = orjson.dumps({"owner": None, "epoch": epoch})
-            await self._zk().set(path, released, version=version)
+        if await self._write_released(slot):
             log.info("released slot %d (epoch %d)", slot, epoch, extra={"slot": slot})
+
+    async def _write_released(self, slot: int) -> bool:
+        """Write the slot's znode as released (owner null, its epoch kept), compare-and-
+        set on the version this node holds, and forget the claim; False when someone
+        took it already (nothing of ours to release). Raises what ZooKeeper raised (the
+        claim kept, for the next pass)."""
+        version, epoch = self._claimed[slot]
+        released = orjson.dumps({"owner": None, "epoch": epoch})
+        try:
+            await self._zk().set(f"{self.root}/slots/{slot}", released, version=version)
         except exc.BadVersion:
-            pass  # someone took it already: nothing of ours to release
+            self._claimed.pop(slot, None)
+            return False
         self._claimed.pop(slot, None)
+        return True
 
     async def _take(self, slot: int, live: set[str]) -> None:
         zk = self._zk()

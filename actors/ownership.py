@@ -94,10 +94,6 @@ class HeldSlots:
         """A monotonic comparison: cheap enough for every batch."""
         return self.lease_s is None or time.monotonic() - self._confirmed <= self.lease_s
 
-    def unconfirmed_s(self) -> float:
-        """How long ago the hold was last confirmed by ZooKeeper."""
-        return time.monotonic() - self._confirmed
-
     def owned(self) -> frozenset[int]:
         return frozenset(self._held) if self.leased() else frozenset()
 

@@ -171,13 +171,9 @@ class Withdrawal:
         m.held.drop_all(reason)  # the actors stop working on the slots now
         zk = m._zk()
         released = 0
-        for slot, (version, epoch) in sorted(m._claimed.items()):
-            data = orjson.dumps({"owner": None, "epoch": epoch})
-            with contextlib.suppress(exc.BadVersion):  # someone took it already
-                async with asyncio.timeout(STEP_S):
-                    await zk.set(f"{m.root}/slots/{slot}", data, version)
-                released += 1
-            m._claimed.pop(slot, None)
+        for slot in sorted(m._claimed):
+            async with asyncio.timeout(STEP_S):
+                released += await m._write_released(slot)
         async with asyncio.timeout(STEP_S):
             with contextlib.suppress(exc.NoNode):
                 await zk.delete(f"{m.root}/members/{m.member}", force=True)

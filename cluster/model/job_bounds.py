@@ -8,10 +8,10 @@ from cluster.errors import InvalidJob
 from cluster.model.jobs import (
     BIZ_ID_MAX_CHARS,
     BIZ_TYPE_MAX_CHARS,
-    MAX_ATTEMPTS_LIMIT,
     ValidJob,
     _check_text,
     check_job_id,
+    check_max_attempts,
     check_priority,
 )
 
@@ -21,12 +21,7 @@ def check_valid_job(job: ValidJob) -> ValidJob:
     the bounds validate() keeps, so no path stores one out of them."""
     check_job_id(job.job_id)
     check_priority(job.priority)
-    if (
-        isinstance(job.max_attempts, bool)
-        or not isinstance(job.max_attempts, int)
-        or not 1 <= job.max_attempts <= MAX_ATTEMPTS_LIMIT
-    ):
-        raise InvalidJob(f"max_attempts must be an int in 1..{MAX_ATTEMPTS_LIMIT}")
+    check_max_attempts(job.max_attempts)
     if isinstance(job.due_ms, bool) or not isinstance(job.due_ms, int) or job.due_ms < 0:
         raise InvalidJob(f"due_ms must be an int >= 0, got {job.due_ms!r}")
     if job.expires_after_ms is not None and (

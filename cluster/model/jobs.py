@@ -309,6 +309,17 @@ def check_expires_after(value: object, settings: Settings) -> int | None:
     return max(round(seconds * 1000), 1)
 
 
+def check_max_attempts(value: object) -> int:
+    """A job's max_attempts: an int 1..MAX_ATTEMPTS_LIMIT (not a bool)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 1 <= value <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise InvalidJob(f"max_attempts must be an int in 1..{MAX_ATTEMPTS_LIMIT}")
+    return value
+
+
 def check_priority(value: object) -> int:
     """A job's priority: an int 0..PRIORITY_MAX, 0 when not given (None)."""
     if value is None:
@@ -340,12 +351,7 @@ def validate(
     biz_type = _check_text("biz_type", biz_type, BIZ_TYPE_MAX_CHARS)
     if max_attempts is None:
         max_attempts = settings.default_max_attempts
-    if (
-        isinstance(max_attempts, bool)
-        or not isinstance(max_attempts, int)
-        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
-    ):
-        raise InvalidJob(f"max_attempts must be an int in 1..{MAX_ATTEMPTS_LIMIT}")
+    max_attempts = check_max_attempts(max_attempts)
     due = due_ms_of(delay, at, settings, now)
     expires_after_ms = check_expires_after(expires_after, settings)
     checked_priority = 0 if priority is None else check_priority(priority)

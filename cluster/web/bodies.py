@@ -51,6 +51,20 @@ def loads(body: bytes) -> Any:
         raise Problem("malformed-request", f"the body is not valid JSON: {exc}") from None
 
 
+def check_query(
+    request: web.Request, known: frozenset[str], repeatable: frozenset[str] = frozenset()
+) -> None:
+    """Refuse a query parameter not in `known` (a typo would otherwise widen a search
+    or go unnoticed), and one given twice unless `repeatable`."""
+    query = request.query
+    unknown = sorted(set(query) - known)
+    if unknown:
+        raise InvalidJob(f"unknown query parameters {unknown}; known: {', '.join(sorted(known))}")
+    for name in known - repeatable:
+        if len(query.getall(name, [])) > 1:
+            raise InvalidJob(f"{name} may be given once")
+
+
 def json_object(body: object, allowed: frozenset[str], what: str) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidJob(f"{what} must be a JSON object")

@@ -16,6 +16,7 @@ from aiohttp import web
 from cluster.client.counts import PendingCountsCache
 from cluster.client.delay_client import DelayClient
 from cluster.errors import InvalidJob
+from cluster.web.bodies import check_query
 
 # Topics one answer lists at most (?limit=, default COUNTS_TOPICS_DEFAULT), biggest first.
 COUNTS_TOPICS_MAX = 1000
@@ -30,13 +31,7 @@ class CountsApi:
     _counts: PendingCountsCache | None = None
 
     async def pending_counts(self, request: web.Request) -> web.Response:
-        unknown = sorted(set(request.query) - COUNTS_PARAMS)
-        if unknown:  # as search refuses them: a typo would otherwise go unnoticed
-            raise InvalidJob(
-                f"unknown query parameters {unknown}; known: {', '.join(sorted(COUNTS_PARAMS))}"
-            )
-        if len(request.query.getall("limit", [])) > 1:
-            raise InvalidJob("limit may be given once")
+        check_query(request, COUNTS_PARAMS)
         limit = topics_limit(request.query.get("limit"))
         if self._counts is None:
             self._counts = PendingCountsCache(

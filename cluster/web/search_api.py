@@ -17,7 +17,7 @@ from cluster.client.delay_client import DelayClient
 from cluster.client.job_json import record_json
 from cluster.errors import InvalidJob
 from cluster.web.auth import shown_to
-from cluster.web.bodies import BodyReader, json_object
+from cluster.web.bodies import BodyReader, check_query, json_object
 from cluster.web.problems import Problem
 
 # The query parameters GET /v1/jobs takes; another is refused (a typo would otherwise
@@ -40,15 +40,8 @@ class SearchApi:
     bodies: BodyReader
 
     async def search_jobs(self, request: web.Request) -> web.Response:
+        check_query(request, SEARCH_PARAMS, repeatable=frozenset({"status"}))
         query = request.query
-        unknown = sorted(set(query) - SEARCH_PARAMS)
-        if unknown:
-            raise InvalidJob(
-                f"unknown query parameters {unknown}; known: {', '.join(sorted(SEARCH_PARAMS))}"
-            )
-        for name in SEARCH_PARAMS - {"status"}:
-            if len(query.getall(name, [])) > 1:
-                raise InvalidJob(f"{name} may be given once")
         statuses = [part for text in query.getall("status", []) for part in text.split(",")]
         if len(statuses) > STATUS_VALUES_MAX:
             raise InvalidJob(f"status takes at most {STATUS_VALUES_MAX} values")

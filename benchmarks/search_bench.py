@@ -1,6 +1,7 @@
 """The cost of a job search (cluster/store/search.py) on a big table, shape by shape.
 
-    python benchmarks/search_bench.py [--rows 1000000] [--runs 7] [--chunk 50000] [--keep]
+    python benchmarks/search_bench.py [--rows 1000000] [--hot-key-jobs 120000] [--runs 7]
+                                      [--chunk 50000] [--keep]
 
 Makes a database of its own (the environment's mysql_databases and mysql_tables), fills
 its job tables directly in MySQL (INSERT ... SELECT from MariaDB's sequence engine, each
@@ -11,7 +12,10 @@ Then it times each search shape --runs times (the median, in ms, of the whole se
 the keys over every shard, then the rows of the page's jobs), as DelayClient.search_jobs
 runs it, with limit 100: by biz_id; by topic + status, the first page and the 10th
 (reached with the cursor); by biz_type + status; by status + a one-day due range; by
-topic alone (every status); with no filter. Drops the database at the end unless --keep.
+topic alone (every status); with no filter. And the shapes with a filter an index once
+left out: --hot-key-jobs more jobs, all pending, share one business key ("hot-key") and
+business type ("bulk"), searched by that key and status=dead (none is), and by that type
+and a topic none of them has. Drops the database at the end unless --keep.
 Needs the local stack (MariaDB).
 """
 
@@ -41,9 +45,14 @@ _STATUS = (
 )
 
 
-async def fill(store: MySQLStore, rows: int, chunk: int) -> None:
+async def fill(store: MySQLStore, rows: int, chunk: int, hot: bool = False) -> None:
     """rows jobs, each in the shard its id hashes to (cluster/model/keys.py shard_of:
-    CRC32(id) >> 8 gives the database, then the table), chunk ids per statement."""
+    CRC32(id) >> 8 gives the database, then the table), chunk ids per statement. hot:
+    ids "hot-N", all pending, of business key "hot-key" and type "bulk"."""
+    prefix = "hot-" if hot else "bench-"
+    biz_id = "'hot-key'" if hot else f"CONCAT('order-', seq % {max(rows // 5, 1)})"
+    biz_type = "'bulk'" if hot else f"ELT(1 + seq % 10, {_TYPES})"
+    status = "0" if hot else _STATUS
     databases, tables = store.settings.mysql_databases, store.settings.mysql_tables
     shards = store.all_shards()
     slots = store.settings.slots
@@ -53,17 +62,16 @@ async def fill(store: MySQLStore, rows: int, chunk: int) -> None:
             end = min(start + chunk - 1, rows)
             for shard in shards:
                 table = store.shard_tables(shard)[0]
-                hashed = "(CRC32(CONCAT('bench-', seq)) >> 8)"
+                hashed = f"(CRC32(CONCAT('{prefix}', seq)) >> 8)"
                 statement = (
                     f"INSERT INTO {table} (job_id, topic, biz_id, biz_type, status,"
                     " action_time, payload, slot)"
-                    " SELECT CONCAT('bench-', seq), CONCAT('bench.t', seq % 20),"
-                    f" CONCAT('order-', seq % {max(rows // 5, 1)}), ELT(1 + seq % 10, {_TYPES}),"
-                    f" {_STATUS},"
+                    f" SELECT CONCAT('{prefix}', seq), CONCAT('bench.t', seq % 20),"
+                    f" {biz_id}, {biz_type}, {status},"
                     " UTC_TIMESTAMP(3)"
                     " + INTERVAL ((seq * 2654435761) % 2592000000) * 1000 MICROSECOND,"
                     " CONCAT('{\"order\":', seq, ',\"note\":\"', REPEAT('x', 80), '\"}'),"
-                    f" CRC32(CONCAT('bench-', seq)) & {slots - 1}"
+                    f" CRC32(CONCAT('{prefix}', seq)) & {slots - 1}"
                     f" FROM seq_{start}_to_{end}"
                     f" WHERE {hashed} % {databases} = {shard[0]}"
                     f" AND ({hashed} DIV {databases}) % {tables} = {shard[1]}"
@@ -115,6 +123,8 @@ async def main(options: argparse.Namespace) -> None:
     try:
         started = time.perf_counter()
         await fill(store, options.rows, options.chunk)
+        if options.hot_key_jobs:
+            await fill(store, options.hot_key_jobs, options.chunk, hot=True)
         fill_s = time.perf_counter() - started
         now = int(time.time() * 1000)
         topic_status = {"topic": "bench.t3", "status": "pending", "limit": 100}
@@ -129,6 +139,11 @@ async def main(options: argparse.Namespace) -> None:
             "topic alone (every status)": make_search(topic="bench.t7"),
             "no filter": make_search(),
         }
+        if options.hot_key_jobs:
+            shapes["hot biz_id + status=dead"] = make_search(biz_id="hot-key", status="dead")
+            shapes["hot biz_type + topic, none match"] = make_search(
+                biz_type="bulk", topic="bench.nomatch"
+            )
         results = {}
         for name, search in shapes.items():
             median_ms, found = await timed(store, search, options.runs)
@@ -137,6 +152,7 @@ async def main(options: argparse.Namespace) -> None:
             orjson.dumps(
                 {
                     "rows": options.rows,
+                    "hot_key_jobs": options.hot_key_jobs,
                     "tables": len(store.all_shards()),
                     "fill_s": round(fill_s, 1),
                     "runs": options.runs,
@@ -154,6 +170,7 @@ async def main(options: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--hot-key-jobs", type=int, default=0)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--chunk", type=int, default=50_000)
     parser.add_argument("--keep", action="store_true", help="keep the database")

@@ -23,6 +23,7 @@ docs/client.md lists when each is raised and what to do about it.
     ├── SchemaError                       the database's schema is not this version's
     ├── Fenced                            a script refused a stale ownership epoch
     ├── LeaseLapsed                       a node's hold of its slots went unconfirmed
+    ├── RedisRestarted                    a slot's Redis is not the one its watermark names
     ├── SlotFailed, SlotsFailed           a slot's script run failed (Redis node down)
     ├── UnsafeConfig                      Redis may evict keys: a node won't start
     ├── ClusterConfigError                the cluster's fixed config differs

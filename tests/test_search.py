@@ -20,10 +20,11 @@ from cluster.errors import InvalidJob
 from cluster.model.contract import JobStatus
 from cluster.model.jobs import Job
 from cluster.settings.config import Settings
-from cluster.store.search import make_search, shard_selects
+from cluster.store.search import make_search, shard_selects, time_bounded
+from cluster.web.server import API
 from tests.mysql_tools import on_job, on_shard
 from tests.test_cli_actions import cli_with
-from tests.test_web import TOKENS, VIEWER, serving
+from tests.test_web import OPERATOR, TOKENS, VIEWER, serving
 
 # Jobs due from BASE_S on, a few per second (so that some share a due ms).
 BASE_S = int(time.time()) + 10 * 86_400
@@ -206,16 +207,35 @@ async def test_a_cursor_is_refused_with_other_filters(
     assert len(more.jobs) == 5
 
 
-@pytest.mark.parametrize(
-    ("shape", "index"),
-    [
-        ({"biz_id": "key-1", "status": "pending"}, "idx_biz_id"),
-        ({"biz_type": "order", "topic": "search.a"}, "idx_biz_type"),
-        ({"topic": "search.a", "status": "pending"}, "idx_status_topic_due"),
-        ({"status": "pending", "due_from": 0}, "idx_status_action_time"),
-        ({}, "idx_status_action_time"),
-    ],
-)
+def _shapes() -> list[tuple[dict[str, Any], str]]:
+    """Every combination of the equality filters, with and without a due range, and the
+    index it rides."""
+    shapes = []
+    for bits in range(32):
+        shape: dict[str, Any] = {}
+        if bits & 1:
+            shape["biz_id"] = "key-1"
+        if bits & 2:
+            shape["biz_type"] = "order"
+        if bits & 4:
+            shape["topic"] = "search.a"
+        if bits & 8:
+            shape["status"] = "pending"
+        if bits & 16:
+            shape["due_from"] = 0
+        if "biz_id" in shape:
+            index = "idx_biz_id"
+        elif "biz_type" in shape:
+            index = "idx_biz_type_topic" if "topic" in shape else "idx_biz_type"
+        elif "topic" in shape:
+            index = "idx_status_topic_due"
+        else:
+            index = "idx_status_action_time"
+        shapes.append((shape, index))
+    return shapes
+
+
+@pytest.mark.parametrize(("shape", "index"), _shapes())
 async def test_each_shape_rides_its_index(
     made: tuple[DelayClient, list[Made]], shape: dict[str, Any], index: str
 ) -> None:
@@ -446,3 +466,67 @@ async def test_a_cancel_confirms_the_previewed_set_not_a_count(settings: Setting
             assert (status, body["matched"], body["cancelled"]) == (200, 10, 10), body
         rows = await client.mysql.get_many([*ids[1:], newcomer])
         assert {row.status for row in rows.values()} == {JobStatus.CANCELLED}
+
+
+async def test_a_filter_outside_the_index_is_bounded_in_time(shards: Settings) -> None:
+    """A business key with 60,000 jobs searched with a topic none of them has walks every
+    one of them (topic is outside idx_biz_id): the server stops the statement at
+    search_statement_max_ms and the search is refused, naming the setting."""
+    hot = 60_000
+    async with DelayClient(shards) as client:
+        table = client.mysql.shard_tables((0, 0))[0]
+        await on_shard(
+            client.mysql,
+            0,
+            f"INSERT INTO {table} (job_id, topic, biz_id, biz_type, status, action_time,"
+            " payload, slot) SELECT CONCAT('hot-', seq), 'search.hot', 'hot-key', 'bulk',"
+            " seq % 6, UTC_TIMESTAMP(3) + INTERVAL seq SECOND, '{}', 0"
+            f" FROM seq_1_to_{hot}",
+        )
+        # Bounded generously, the search walks them all and finds none.
+        page = await client.search_jobs(biz_id="hot-key", topic="search.nomatch")
+        assert (page.jobs, page.next_cursor) == ([], None)
+    async with DelayClient(shards.replace(search_statement_max_ms=1)) as tight:
+        with pytest.raises(InvalidJob, match="search_statement_max_ms"):
+            await tight.search_jobs(biz_id="hot-key", topic="search.nomatch")
+
+
+def test_a_statement_bound_takes_the_servers_form() -> None:
+    select = "(SELECT 0 AS t, action_time, job_id FROM j WHERE status = 0 LIMIT 2)"
+    assert time_bounded(select, "10.11.19-MariaDB-0+deb12u1", 1500) == (
+        f"SET STATEMENT max_statement_time=1.500 FOR {select}"
+    )
+    assert time_bounded(select, "8.0.40", 1500) == (
+        f"SELECT /*+ MAX_EXECUTION_TIME(1500) */ * FROM ({select}) AS bounded"
+    )
+
+
+async def test_searches_are_limited_per_token(made: tuple[DelayClient, list[Made]]) -> None:
+    """With web_searches_per_token=1 and a search of the viewer's token running, its
+    next search, bulk cancel and pending counts are answered 429 with Retry-After and run
+    nothing; another token's are not; once it ends, the viewer's are answered again."""
+    client, _ = made
+    settings = client.settings.replace(web_tokens=TOKENS, web_searches_per_token=1)
+    async with DelayClient(settings) as limited, serving(settings, limited) as api:
+        searches = api.app[API].searches
+        with searches.slot(VIEWER):
+            for method, path, body, token in (
+                ("GET", "/v1/jobs?topic=search.a", None, VIEWER),
+                ("GET", "/v1/jobs/counts", None, VIEWER),
+            ):
+                status, problem, answer = await api.call(method, path, body, token=token)
+                assert status == 429, problem
+                assert problem["type"] == "urn:delayq:problem:too-many-requests"
+                assert "web_searches_per_token=1" in problem["detail"]
+                assert answer.headers["Retry-After"] == "1"
+            status, page, _ = await api.call("GET", "/v1/jobs?topic=search.a")  # operator
+            assert status == 200 and page["jobs"]
+            with searches.slot(OPERATOR):
+                status, problem, _ = await api.call(
+                    "POST", "/v1/jobs/cancel", {"topic": "search.a", "expected": 1}
+                )
+                assert status == 429, problem
+            assert searches.running(OPERATOR) == 0
+        assert searches.running(VIEWER) == 0
+        status, page, _ = await api.call("GET", "/v1/jobs?topic=search.a", token=VIEWER)
+        assert status == 200 and page["jobs"]

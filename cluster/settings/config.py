@@ -81,6 +81,9 @@ class Settings:
     # A call over several servers cuts off one that answered nothing this long while
     # another's part is done: a frozen server holds back only its own jobs.
     mysql_stall_s: float = 2.0
+    # A search's statement on one server is stopped after this long (and the search
+    # refused with a message to narrow it): a filter outside the index costs no more.
+    search_statement_max_ms: int = 5000
 
     # Input limits.
     payload_max_bytes: int = 65536
@@ -219,6 +222,9 @@ class Settings:
     web_body_max_bytes: int = 16 * 1024 * 1024  # larger bodies: 413, never read
     web_allowed_hosts: str = ""  # "a.example,b.example": more names for Host (http.md)
     web_header_timeout_s: float = 10.0  # to send a request's headers, or be cut off
+    # Searches, bulk cancels and pending counts one token may have running at once;
+    # one more is answered 429 with Retry-After.
+    web_searches_per_token: int = 2
 
     # Kafka ingress (`delayq ingress`, docs/ingress.md): records of this topic are jobs
     # to schedule; empty: no ingress.
@@ -271,6 +277,8 @@ class Settings:
             "ingress_batch",
             "metrics_max_topics",
             "redis_wait_timeout_ms",
+            "search_statement_max_ms",
+            "web_searches_per_token",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -3,19 +3,24 @@ type and due time, a page at a time in due-time order (DelayClient.search_jobs,
 GET /v1/jobs, `delayq jobs list`; cancel_matching lists what it cancels through it).
 
 Each page is found in two steps. First one statement per MySQL server, a UNION ALL of
-one SELECT per shard table (and per status), each walking one index of migration 009 in
-(action_time, job_id) order from the cursor and stopping after limit + 1 keys: the keys
-of every server are merged and the first `limit` kept. Then the rows of those jobs are
+one SELECT per shard table and status, each walking one index of migrations 009 and 012
+in (action_time, job_id) order from the cursor and stopping after limit + 1 keys: the
+keys of every server are merged and the first `limit` kept. Then the rows of those jobs are
 read by job id. The cursor is the (due ms, job id) of a page's last job: the next page
 starts strictly after it, so paging never uses OFFSET and a deep page costs what the
 first does.
 
 Which index a search rides (every shape has one, so none is refused for want of it):
-    biz_id given                -> idx_biz_id (biz_id, action_time); status a filter
+    biz_id given                -> idx_biz_id (biz_id, status, action_time), per status
+    else biz_type and topic     -> idx_biz_type_topic (biz_type, status, topic, action_time)
     else biz_type given         -> idx_biz_type (biz_type, status, action_time), per status
     else topic given            -> idx_status_topic_due (status, topic, action_time), per status
     else                        -> idx_status_action_time (status, action_time), per status
-No status given means every status (one index range each).
+No status given means every status (one index range each). Every equality filter is in
+its index's prefix except topic and biz_type beside a biz_id: a business key's jobs are
+few unless one producer makes them many, so that shape, like every other, is bounded in
+time instead (search_statement_max_ms: the statement is stopped and the search refused
+with a message to narrow it).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import pymysql
 
 from cluster.errors import InvalidJob
 from cluster.model.contract import JobStatus
@@ -55,6 +61,9 @@ STATUS_NAMES["retrying"] = JobStatus.FIRING
 # Due times a search takes, epoch ms: 1970 .. 9999 (what DATETIME(3) holds).
 DUE_MAX_MS = 253_402_300_799_999
 _CURSOR_VERSION = 1
+# A statement stopped by its time bound: MariaDB's ER_STATEMENT_TIMEOUT, MySQL's
+# ER_QUERY_TIMEOUT.
+STATEMENT_TIMEOUT_CODES = frozenset({1969, 3024})
 
 
 @dataclass(frozen=True)
@@ -78,7 +87,7 @@ class JobSearch:
         if self.biz_id is not None:
             return "idx_biz_id"
         if self.biz_type is not None:
-            return "idx_biz_type"
+            return "idx_biz_type" if self.topic is None else "idx_biz_type_topic"
         if self.topic is not None:
             return "idx_status_topic_due"
         return "idx_status_action_time"
@@ -207,10 +216,7 @@ def shard_selects(search: JobSearch, tables: Sequence[str]) -> tuple[str, list[A
     """One statement (a UNION ALL of one SELECT per table and status, each riding
     search.index) giving (table position, action_time, job_id) of at most limit + 1
     jobs per SELECT after the cursor, and its parameters."""
-    if search.biz_id is not None:
-        per_status: list[JobStatus | None] = [None]
-    else:
-        per_status = list(search.statuses or JobStatus)
+    per_status = list(search.statuses or JobStatus)
     latest = search.order == "latest"
     parts: list[str] = []
     params: list[Any] = []
@@ -227,7 +233,16 @@ def shard_selects(search: JobSearch, tables: Sequence[str]) -> tuple[str, list[A
     return " UNION ALL ".join(parts), params
 
 
-def _where(search: JobSearch, status: JobStatus | None, latest: bool) -> tuple[str, list[Any]]:
+def time_bounded(statement: str, server_info: str, most_ms: int) -> str:
+    """The statement stopped by its server after most_ms: MariaDB's max_statement_time
+    for this statement alone, or MySQL's MAX_EXECUTION_TIME hint on a SELECT around it
+    (either way the server raises one of STATEMENT_TIMEOUT_CODES)."""
+    if "mariadb" in server_info.lower():
+        return f"SET STATEMENT max_statement_time={most_ms / 1000:.3f} FOR {statement}"
+    return f"SELECT /*+ MAX_EXECUTION_TIME({most_ms}) */ * FROM ({statement}) AS bounded"
+
+
+def _where(search: JobSearch, status: JobStatus, latest: bool) -> tuple[str, list[Any]]:
     """The WHERE of one table's SELECT: the index's equalities first, then the due range
     and the cursor (ranges on action_time, the index's next column)."""
     terms: list[str] = []
@@ -235,16 +250,10 @@ def _where(search: JobSearch, status: JobStatus | None, latest: bool) -> tuple[s
     if search.biz_id is not None:
         terms.append("biz_id = %s")
         values.append(search.biz_id)
-        if search.statuses:
-            terms.append(f"status IN ({', '.join(str(int(s)) for s in search.statuses)})")
-        if search.biz_type is not None:
-            terms.append("biz_type = %s")
-            values.append(search.biz_type)
-    elif search.biz_type is not None:
+    if search.biz_type is not None:
         terms.append("biz_type = %s")
         values.append(search.biz_type)
-    if status is not None:
-        terms.append(f"status = {int(status)}")
+    terms.append(f"status = {int(status)}")
     if search.topic is not None:
         terms.append("topic = %s")
         values.append(search.topic)
@@ -285,11 +294,23 @@ async def search_keys(
     """(due ms, job id) of one page of the search over every shard, and the next
     page's cursor: one statement per MySQL server, all servers at once."""
 
+    most_ms = store.settings.search_statement_max_ms
+
     async def read(conn: Any, dbs: list[int]) -> list[tuple[int, str]]:
         tables = [store.shard_tables(shard)[0] for shard in store.all_shards(dbs)]
         statement, params = shard_selects(search, tables)
+        statement = time_bounded(statement, str(conn.get_server_info()), most_ms)
         async with conn.cursor() as cur:
-            await cur.execute(statement, params)
+            try:
+                await cur.execute(statement, params)
+            except pymysql.err.MySQLError as exc:
+                if exc.args and exc.args[0] in STATEMENT_TIMEOUT_CODES:
+                    raise InvalidJob(
+                        f"the search read for over {most_ms} ms "
+                        "(search_statement_max_ms) without filling its page: narrow it "
+                        "with a status, a due range, or a topic without a biz_id"
+                    ) from None
+                raise
             return [(datetime_to_ms(due), str(job_id)) for _, due, job_id in await cur.fetchall()]
 
     dbs = range(store.settings.mysql_databases)

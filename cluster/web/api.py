@@ -34,6 +34,7 @@ from cluster.web.counts_api import CountsApi
 from cluster.web.problems import Problem
 from cluster.web.recurring_api import RecurringApi
 from cluster.web.search_api import SearchApi
+from cluster.web.search_limits import PerCallerLimit
 from cluster.web.stats import StatsSampler
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ class Api(CountsApi, RecurringApi, SearchApi):
         self.settings = client.settings
         self.stats = stats
         self.bodies = BodyReader()
+        self.searches = PerCallerLimit(client.settings.web_searches_per_token)
 
     def handler(self, route: Route) -> Handler:
         handler: Handler = getattr(self, route.name)

@@ -17,6 +17,7 @@ from cluster.client.counts import PendingCountsCache
 from cluster.client.delay_client import DelayClient
 from cluster.errors import InvalidJob
 from cluster.web.bodies import check_query
+from cluster.web.search_limits import PerCallerLimit, caller_of
 
 # Topics one answer lists at most (?limit=, default COUNTS_TOPICS_DEFAULT), biggest first.
 COUNTS_TOPICS_MAX = 1000
@@ -28,6 +29,7 @@ COUNTS_PARAMS = frozenset({"limit"})
 
 class CountsApi:
     client: DelayClient
+    searches: PerCallerLimit
     _counts: PendingCountsCache | None = None
 
     async def pending_counts(self, request: web.Request) -> web.Response:
@@ -37,7 +39,8 @@ class CountsApi:
             self._counts = PendingCountsCache(
                 self.client.mysql, self.client.settings.redis_horizon_ms
             )
-        counts = await self._counts.get()
+        with self.searches.slot(caller_of(request)):
+            counts = await self._counts.get()
         return web.Response(
             body=orjson.dumps(counts.as_dict(limit)), content_type="application/json"
         )

@@ -60,6 +60,8 @@ _DESCRIPTIONS = {
     422: "Not acceptable (the client's InvalidJob message); nothing was changed",
     500: "outcome-unknown: the change may or may not be made (job_ids names the jobs; "
     "sending it again with the same ids is safe); or an internal error",
+    429: "This token already has web_searches_per_token searches, bulk cancels or pending "
+    "counts running; nothing was run; see Retry-After",
     503: "MySQL, Redis or ZooKeeper is unreachable; see Retry-After",
     421: "The Host header names no address this server answers to (web_allowed_hosts)",
 }
@@ -167,7 +169,7 @@ _ERRORS = {
     "put_recurring": (400, 413, 415, 422, 503),
     "remove_recurring": (404, 415, 422, 503),
     "cluster": (503,),
-    "pending_counts": (422, 503),
+    "pending_counts": (422, 429, 503),
     "cluster_stats": (),
 }
 

@@ -74,8 +74,8 @@ SEARCH_OPERATIONS: dict[str, tuple[str, str | None, dict[int, str], list[dict[st
     ),
 }
 SEARCH_ERRORS = {
-    "search_jobs": (422, 503),
-    "cancel_matching": (400, 409, 413, 415, 422, 503),
+    "search_jobs": (422, 429, 503),
+    "cancel_matching": (400, 409, 413, 415, 422, 429, 503),
 }
 SEARCH_SCHEMAS: dict[str, Any] = {
     "JobPage": {

@@ -13,8 +13,9 @@ import orjson
 from aiohttp import web
 
 CONTENT_TYPE = "application/problem+json"
-# How long a client should wait before trying again after a 503.
+# How long a client should wait before trying again after a 503, and after a 429.
 RETRY_AFTER_S = 5
+RETRY_AFTER_BUSY_S = 1
 
 # type suffix → (status, title)
 KINDS: dict[str, tuple[int, str]] = {
@@ -31,6 +32,7 @@ KINDS: dict[str, tuple[int, str]] = {
     "unsupported-media-type": (415, "The body must be application/json"),
     "misdirected-request": (421, "The Host header names no address this server answers to"),
     "invalid-job": (422, "The request is not acceptable; nothing was changed"),
+    "too-many-requests": (429, "Too many of these requests running for this token"),
     "outcome-unknown": (500, "The outcome is unknown"),
     "internal-error": (500, "Internal error"),
     "store-unavailable": (503, "MySQL is unreachable; nothing was changed"),
@@ -47,7 +49,9 @@ def problem(kind: str, detail: str, **members: Any) -> web.Response:
     status, title = KINDS[kind]
     body = {"type": problem_type(kind), "title": title, "status": status, "detail": detail}
     body.update(members)
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else {}
+    headers = {}
+    if status in (429, 503):
+        headers["Retry-After"] = str(RETRY_AFTER_BUSY_S if status == 429 else RETRY_AFTER_S)
     if status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="delayq"'
     return web.Response(

@@ -19,6 +19,7 @@ from cluster.errors import InvalidJob
 from cluster.web.auth import shown_to
 from cluster.web.bodies import BodyReader, check_query, json_object
 from cluster.web.problems import Problem
+from cluster.web.search_limits import PerCallerLimit, caller_of
 
 # The query parameters GET /v1/jobs takes; another is refused (a typo would otherwise
 # widen the search silently).
@@ -38,6 +39,7 @@ _DIGITS = re.compile(r"[0-9]{1,15}")
 class SearchApi:
     client: DelayClient
     bodies: BodyReader
+    searches: PerCallerLimit
 
     async def search_jobs(self, request: web.Request) -> web.Response:
         check_query(request, SEARCH_PARAMS, repeatable=frozenset({"status"}))
@@ -48,17 +50,18 @@ class SearchApi:
         limit = query.get("limit", "100")
         if not _DIGITS.fullmatch(limit):
             raise InvalidJob("limit must be an integer in 1..1000")
-        page = await self.client.search_jobs(
-            topic=query.get("topic"),
-            status=statuses or None,
-            biz_id=query.get("biz_id"),
-            biz_type=query.get("biz_type"),
-            due_from=query_time(query.get("due_from"), "due_from"),
-            due_to=query_time(query.get("due_to"), "due_to"),
-            order=query.get("order", "soonest"),
-            limit=int(limit),
-            cursor=query.get("cursor"),
-        )
+        with self.searches.slot(caller_of(request)):
+            page = await self.client.search_jobs(
+                topic=query.get("topic"),
+                status=statuses or None,
+                biz_id=query.get("biz_id"),
+                biz_type=query.get("biz_type"),
+                due_from=query_time(query.get("due_from"), "due_from"),
+                due_to=query_time(query.get("due_to"), "due_to"),
+                order=query.get("order", "soonest"),
+                limit=int(limit),
+                cursor=query.get("cursor"),
+            )
         jobs = [shown_to(request, record_json(job)) for job in page.jobs]
         body = {"jobs": jobs, "next_cursor": page.next_cursor}
         return web.Response(body=orjson.dumps(body), content_type="application/json")
@@ -80,18 +83,19 @@ class SearchApi:
             status = status.split(",")
         if isinstance(status, list) and len(status) > STATUS_VALUES_MAX:
             raise InvalidJob(f'"status" takes at most {STATUS_VALUES_MAX} values')
-        result = await self.client.cancel_matching(
-            topic=body.get("topic"),
-            status=status,
-            biz_id=body.get("biz_id"),
-            biz_type=body.get("biz_type"),
-            due_from=body_time(body.get("due_from"), "due_from"),
-            due_to=body_time(body.get("due_to"), "due_to"),
-            # Over HTTP a cancel confirms the previewed set: without its selection token
-            # it is a preview.
-            expected=expected if body.get("selection") is not None else None,
-            selection=body.get("selection"),
-        )
+        with self.searches.slot(caller_of(request)):
+            result = await self.client.cancel_matching(
+                topic=body.get("topic"),
+                status=status,
+                biz_id=body.get("biz_id"),
+                biz_type=body.get("biz_type"),
+                due_from=body_time(body.get("due_from"), "due_from"),
+                due_to=body_time(body.get("due_to"), "due_to"),
+                # Over HTTP a cancel confirms the previewed set: without its selection
+                # token it is a preview.
+                expected=expected if body.get("selection") is not None else None,
+                selection=body.get("selection"),
+            )
         if not result.done:
             given = "not given" if expected is None else f"{expected}"
             raise Problem(

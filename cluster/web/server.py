@@ -27,6 +27,7 @@ from cluster.web.guard import RequestGuard, allowed_names
 from cluster.web.metrics import WebMetricsServer
 from cluster.web.openapi import openapi_document
 from cluster.web.problems import Problem
+from cluster.web.search_limits import CALLER_KEY
 from cluster.web.stats import StatsSampler
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,8 @@ def make_app(
         if permission not in GRANTS[role]:
             raise Problem("forbidden", f"the role {role} may not {permission}")
         request[ROLE_KEY] = role
+        # The token itself (known, as it has a role): what per-token limits count by.
+        request[CALLER_KEY] = request.headers["Authorization"].partition(" ")[2].strip()
         return await handler(request)
 
     app = web.Application(

@@ -14,6 +14,7 @@ tests/unit/test_layout.py enforces it): ``errors``, ``settings``, ``connections`
 scripts (``cluster.lua``) and SQL migrations (``cluster.schema``) are package data.
 """
 
+from cluster import deprecated
 from cluster.client.dead_letters import DeadJob
 from cluster.client.delay_client import DelayClient
 from cluster.errors import (
@@ -33,6 +34,11 @@ from cluster.model.jobs import Job
 from cluster.settings.config import Settings
 from cluster.store.recurring_store import RecurringSchedule
 from cluster.store.rows import JobRecord
+
+# The release (pyproject.toml's version; CHANGELOG.md says what each one changed).
+__version__ = "0.2.0"
+
+deprecated.install()  # 0.1's import paths, with a DeprecationWarning, until 0.3
 
 __all__ = [
     "CancelResult",

@@ -13,3 +13,16 @@ cluster.store, cluster.scripts.
 - ``job_json``: jobs, records and dead letters as JSON
 - ``consumer``: ``FiredRecords`` and ``Deduplicator`` for consumers of fired jobs
 """
+
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    """``from cluster.client import DelayClient``, 0.1's path, until 0.3."""
+    if name == "DelayClient":
+        from cluster.client.delay_client import DelayClient
+        from cluster.deprecated import warn_moved
+
+        warn_moved("cluster.client.DelayClient", "cluster.DelayClient")
+        return DelayClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,7 +5,7 @@ past what a reader takes in at once.
 
 The layers, from the bottom up; subpackages of one layer never import each other:
 
-    cluster.errors
+    cluster.errors, cluster.deprecated  (0.1's import paths, by name only)
     cluster.settings
     cluster.connections, cluster.model
     cluster.store                       (MySQL)
@@ -31,7 +31,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("cluster", "actors")
 LAYERS = [
-    ["cluster.errors"],
+    ["cluster.errors", "cluster.deprecated"],
     ["cluster.settings"],
     ["cluster.connections", "cluster.model"],
     ["cluster.store"],

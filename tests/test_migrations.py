@@ -17,8 +17,9 @@ import pytest
 from cluster.devstack.databases import create_cluster_database, drop_cluster_database
 from cluster.errors import SchemaError
 from cluster.settings.config import Settings
-from cluster.store.migrations import check_schema, load_migrations
+from cluster.store.migration_files import load_migrations
 from cluster.store.mysql_store import MySQLStore
+from cluster.store.schema_check import check_schema
 from cluster.store.servers import initial_placement, server_specs
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,20 +1,18 @@
-"""Every Lua script of lua/ as an async method (Scripts).
+"""Every Lua script of lua/ as an async method (Scripts), one object per Redis client.
 
-Each script's contract (KEYS, ARGV, return value) is the header of its .lua file.
-The methods here are thin: they name the keys of a slot and convert the replies; how
-the scripts run (batches, errors per slot, waiting for replicas) is
-cluster/scripts/runner.py.
+Each script's contract (KEYS, ARGV, return value) is the header of its .lua file. The
+methods are thin: they name the keys of a slot and convert the replies. They live by
+role: the fire path (fire_path.py), the journal (journal_scripts.py), dead letters
+(dead_letter_scripts.py) and a producer's changes (change_scripts.py); how the scripts
+run (batches, errors per slot, waiting for replicas) is cluster/scripts/runner.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from cluster.connections.redis_conn import RedisClient
 from cluster.errors import Fenced, ReplicationUnconfirmed, SlotFailed, SlotsFailed
-from cluster.model.contract import JOURNAL_CHANGED, AddCode, ChangeCode, ReplayCode, TakeCode
 from cluster.model.keys import KeySpace
+from cluster.scripts.change_scripts import JobChangeScripts
 from cluster.scripts.codec import (
     CancelStep,
     Claimed,
@@ -22,21 +20,11 @@ from cluster.scripts.codec import (
     MoveResult,
     NewJob,
     RetryResult,
-    cancel_step,
-    claimed_of,
-    move_result,
-    retry_result,
 )
-from cluster.scripts.runner import (
-    SCRIPT_NAMES,
-    Call,
-    ScriptRunner,
-    every_reply,
-    load_source,
-    only_reply,
-    per_slot,
-    script_error,
-)
+from cluster.scripts.dead_letter_scripts import DeadLetterScripts
+from cluster.scripts.fire_path import ADD_CHUNK, FirePathScripts
+from cluster.scripts.journal_scripts import JournalScripts
+from cluster.scripts.runner import SCRIPT_NAMES, load_source, script_error
 
 # Re-exported: callers import what the scripts take and return from here.
 __all__ = [
@@ -57,18 +45,12 @@ __all__ = [
     "script_error",
 ]
 
-# Redis Lua's unpack() and argument lists stay well below their limits with this.
-ADD_CHUNK = 500
 
-# Reply number → enum member by dict: AddCode(n) per job costs 20 times more, and add
-# runs for every job scheduled.
-_ADD_CODES = {int(code): code for code in AddCode}.__getitem__
-
-
-class Scripts(ScriptRunner):
+class Scripts(FirePathScripts, JournalScripts, DeadLetterScripts, JobChangeScripts):
     """Every Lua step of delayq as an async method, one object per Redis client: the
-    methods name the keys of a slot and convert the replies (cluster/scripts/codec.py);
-    how scripts run, fail per slot and wait for replicas is ScriptRunner's.
+    methods (one module per role, above) name the keys of a slot and convert the
+    replies (cluster/scripts/codec.py); how scripts run, fail per slot and wait for
+    replicas is ScriptRunner's.
 
     A method for one slot raises Fenced when the script refuses the caller's epoch; its
     `*_many` form answers None for that slot and goes on with the others, and
@@ -89,362 +71,3 @@ class Scripts(ScriptRunner):
         self.payload_lead_ms = payload_lead_ms
         # A node's claims refuse a slot its owner has not verified on this Redis server.
         self.check_verified = False
-
-    async def add(self, slot: int, jobs: list[NewJob]) -> tuple[bool, list[AddCode]]:
-        """Add jobs of one slot; returns (woke the owner, an AddCode per job)."""
-        try:
-            return (await self.add_many({slot: jobs}))[slot]
-        except SlotsFailed as exc:
-            raise exc.failed[slot].error from None
-
-    async def add_many(
-        self, jobs_by_slot: dict[int, list[NewJob]]
-    ) -> dict[int, tuple[bool, list[AddCode]]]:
-        """Add jobs of many slots in one pipelined round trip, ADD_CHUNK jobs per script
-        run. Returns per slot: (woke the owner, an AddCode per job in input order).
-        Raises SlotsFailed when some slots' runs failed, after the others were done;
-        its `done` holds their results (a slot with a failed chunk is not in it)."""
-        calls: list[Call] = []
-        for slot, jobs in jobs_by_slot.items():
-            k = self.keys.slot(slot)
-            for start in range(0, len(jobs), ADD_CHUNK):
-                args: list[Any] = [self.keys.wake_channel, slot, self.payload_lead_ms]
-                for job in jobs[start : start + ADD_CHUNK]:
-                    args += (job.job_id, job.due_ms, job.attempts_field, job.tail)
-                calls.append((slot, [k.delay, k.jobs, k.seq, k.tomb, k.acked, k.expired], args))
-        results: dict[int, tuple[bool, list[AddCode]]] = {}
-        failed: dict[int, SlotFailed] = {}
-        for (slot, _, _), reply in zip(calls, await self._call_many("add", calls), strict=True):
-            if isinstance(reply, SlotFailed):
-                failed[slot] = reply
-                continue
-            woke, codes = results.get(slot, (False, []))
-            codes += map(_ADD_CODES, reply[1:])
-            results[slot] = (woke or reply[0] == 1, codes)
-        if failed:
-            raise SlotsFailed(failed, {s: r for s, r in results.items() if s not in failed})
-        return results
-
-    def _move_calls(
-        self, slot_epochs: list[tuple[int, int]], limit: int, lead_ms: int
-    ) -> list[Call]:
-        calls: list[Call] = []
-        for slot, epoch in slot_epochs:
-            k = self.keys.slot(slot)
-            calls.append((slot, [k.owner, k.delay, k.ready], [epoch, limit, lead_ms]))
-        return calls
-
-    async def move(self, slot: int, epoch: int, limit: int, lead_ms: int = 0) -> MoveResult:
-        """Move the slot's jobs due by Redis TIME + lead_ms (at most limit)."""
-        calls = self._move_calls([(slot, epoch)], limit, lead_ms)
-        return only_reply(await self._call_many("move", calls), move_result)
-
-    async def move_many(
-        self, slot_epochs: list[tuple[int, int]], limit: int, lead_ms: int = 0
-    ) -> list[MoveResult | SlotFailed | None]:
-        """move for several (slot, epoch) in one round trip; None where fenced,
-        SlotFailed where the run failed."""
-        calls = self._move_calls(slot_epochs, limit, lead_ms)
-        return per_slot(await self._call_many("move", calls), move_result)
-
-    def _claim_calls(
-        self,
-        slot_epochs: list[tuple[int, int]],
-        count: int,
-        timeout_ms: int,
-        after: Mapping[int, int] | None = None,
-    ) -> list[Call]:
-        check = "1" if self.check_verified else ""
-        return [
-            (
-                slot,
-                self.keys.slot(slot).for_claim(),
-                [epoch, count, timeout_ms, check, "" if after is None else after.get(slot, "")],
-            )
-            for slot, epoch in slot_epochs
-        ]
-
-    async def claim(self, slot: int, epoch: int, count: int, timeout_ms: int) -> ClaimResult:
-        """Claim up to count ready jobs; returns Redis now, the jobs claimed, and how many
-        expired instead (their due time + expires_after had passed)."""
-        calls = self._claim_calls([(slot, epoch)], count, timeout_ms)
-        return only_reply(await self._call_many("claim", calls), claimed_of)
-
-    async def claim_many(
-        self,
-        slot_epochs: list[tuple[int, int]],
-        count: int,
-        timeout_ms: int,
-        durable: bool = False,
-        after: Mapping[int, int] | None = None,
-    ) -> list[ClaimResult | SlotFailed | None]:
-        """claim for several (slot, epoch) in one round trip; None where fenced,
-        SlotFailed where the run failed. durable (with wait_replicas): raise
-        ReplicationUnconfirmed unless replicas confirmed the claims, so that a failover
-        cannot hand the same jobs out again. after: per slot, the deadline above which
-        in-flight jobs are a lost claim's, handed out again (lua/claim.lua)."""
-        calls = self._claim_calls(slot_epochs, count, timeout_ms, after)
-        if durable and self.wait_replicas:
-            replies, confirmed = await self._pipelined_durable("claim", calls)
-            if confirmed < self.wait_replicas:
-                raise ReplicationUnconfirmed.of_write(None, confirmed, self.wait_replicas)
-            return per_slot(replies, claimed_of)
-        return per_slot(await self._call_many("claim", calls), claimed_of)
-
-    async def ack(self, slot: int, job_ids: list[bytes]) -> int:
-        try:
-            acked, failed = await self.ack_many({slot: job_ids})
-        except ReplicationUnconfirmed as exc:
-            acked, failed = exc.result
-        if failed:
-            raise failed[slot].error
-        return acked
-
-    async def ack_many(
-        self, job_ids_by_slot: dict[int, list[bytes]]
-    ) -> tuple[int, dict[int, SlotFailed]]:
-        """ack for several slots in one round trip; returns the number acked and the
-        slots whose run failed (their jobs stay in flight). With wait_replicas, raises
-        ReplicationUnconfirmed (its result: that same pair) when a replica did not confirm."""
-        calls: list[Call] = []
-        for slot, job_ids in job_ids_by_slot.items():
-            k = self.keys.slot(slot)
-            keys = [k.inflight, k.delay, k.jobs, k.attempts, k.done, k.acked, k.dead, k.expired]
-            calls.append((slot, keys, list(job_ids)))
-        if self.wait_replicas:
-            replies, confirmed = await self._pipelined_durable("ack", calls)
-        else:
-            replies, confirmed = await self._call_many("ack", calls), None
-        acked = 0
-        failed: dict[int, SlotFailed] = {}
-        for (slot, _, _), reply in zip(calls, replies, strict=True):
-            if isinstance(reply, SlotFailed):
-                failed[slot] = reply
-            else:
-                acked += int(reply)
-        if confirmed is not None and confirmed < self.wait_replicas:
-            raise ReplicationUnconfirmed.of_write((acked, failed), confirmed, self.wait_replicas)
-        return acked, failed
-
-    def _retry_keys(self, slot: int) -> list[str]:
-        k = self.keys.slot(slot)
-        return [
-            k.owner,
-            k.inflight,
-            k.delay,
-            k.dead,
-            k.jobs,
-            k.attempts,
-            k.seq,
-            k.done,
-            k.expired,
-        ]
-
-    async def nack(
-        self,
-        slot: int,
-        epoch: int,
-        job_ids: list[bytes],
-        error: str,
-        backoff_ms: int,
-        backoff_max_ms: int,
-    ) -> RetryResult:
-        args = [epoch, backoff_ms, backoff_max_ms, error, *job_ids]
-        replies = await self._call_many("nack", [(slot, self._retry_keys(slot), args)])
-        return only_reply(replies, retry_result)
-
-    def _reap_calls(
-        self,
-        slot_epochs: list[tuple[int, int]],
-        limit: int,
-        backoff_ms: int,
-        backoff_max_ms: int,
-        upto_ms: int | None = None,
-    ) -> list[Call]:
-        upto = [] if upto_ms is None else [upto_ms]
-        return [
-            (slot, self._retry_keys(slot), [epoch, limit, backoff_ms, backoff_max_ms, *upto])
-            for slot, epoch in slot_epochs
-        ]
-
-    async def reap(
-        self, slot: int, epoch: int, limit: int, backoff_ms: int, backoff_max_ms: int
-    ) -> RetryResult:
-        calls = self._reap_calls([(slot, epoch)], limit, backoff_ms, backoff_max_ms)
-        return only_reply(await self._call_many("reap", calls), retry_result)
-
-    async def reap_many(
-        self,
-        slot_epochs: list[tuple[int, int]],
-        limit: int,
-        backoff_ms: int,
-        backoff_max_ms: int,
-        upto_ms: int | None = None,
-    ) -> list[RetryResult | SlotFailed | None]:
-        """reap for several (slot, epoch) in one round trip; None where fenced,
-        SlotFailed where the run failed. upto_ms: only deadlines up to it."""
-        calls = self._reap_calls(slot_epochs, limit, backoff_ms, backoff_max_ms, upto_ms)
-        return per_slot(await self._call_many("reap", calls), retry_result)
-
-    async def fill_many(
-        self, fills: list[tuple[int, int, list[tuple[bytes, bytes, bytes]]]]
-    ) -> list[int | SlotFailed | None]:
-        """Give lean envelopes their tails: per (slot, epoch, [(job id, seq, tail)]), one
-        fill run, all in one round trip. Returns per run the number filled; None where
-        fenced, SlotFailed where the run failed."""
-        calls: list[Call] = []
-        for slot, epoch, jobs in fills:
-            k = self.keys.slot(slot)
-            args: list[Any] = [epoch]
-            for job_id, seq, tail in jobs:
-                args += (job_id, seq, tail)
-            calls.append((slot, [k.owner, k.jobs], args))
-        return per_slot(await self._call_many("fill", calls), int)
-
-    async def release(
-        self, slot: int, epoch: int, job_ids: list[bytes], pause_ms: int
-    ) -> tuple[int, int]:
-        """Put claimed jobs back, due after pause_ms, their attempt not counted
-        (lua/release.lua); returns (how many, their due ms or NO_TIME)."""
-        k = self.keys.slot(slot)
-        keys = [k.owner, k.inflight, k.delay, k.jobs, k.attempts, k.seq]
-        replies = await self._call_many("release", [(slot, keys, [epoch, pause_ms, *job_ids])])
-        return only_reply(replies, lambda reply: (int(reply[0]), int(reply[1])))
-
-    async def read_journal(self, slot: int, count: int) -> list[bytes]:
-        """The oldest count journal entries of a slot (left in place until trimmed)."""
-        return (await self.read_journals([slot], count))[0]
-
-    async def read_journals(self, slots: list[int], count: int) -> list[list[bytes]]:
-        """The oldest count journal entries of each slot, in one round trip."""
-        pipe = self.redis.pipeline(transaction=False)
-        for slot in slots:
-            pipe.lrange(self.keys.slot(slot).done, 0, count - 1)
-        return [list(entries) for entries in await pipe.execute()]
-
-    async def timed_out_many(
-        self, slots: list[int], upto_ms: int, count: int
-    ) -> list[list[tuple[bytes, float]]]:
-        """Each slot's oldest count in-flight jobs whose deadline is at most upto_ms,
-        with their deadlines, in one round trip."""
-        pipe = self.redis.pipeline(transaction=False)
-        for slot in slots:
-            pipe.zrangebyscore(
-                self.keys.slot(slot).inflight, "-inf", upto_ms, start=0, num=count, withscores=True
-            )
-        return [list(entries) for entries in await pipe.execute()]
-
-    def _trim_calls(
-        self, trims: dict[int, tuple[int, list[bytes], list[str]]], retention_ms: int
-    ) -> list[Call]:
-        calls: list[Call] = []
-        for slot, (epoch, entries, done_ids) in trims.items():
-            k = self.keys.slot(slot)
-            last = entries[-1] if entries else b""
-            calls.append(
-                (
-                    slot,
-                    [k.owner, k.done, k.acked, k.expired],
-                    [epoch, len(entries), retention_ms, last, *done_ids],
-                )
-            )
-        return calls
-
-    async def trim_journal(
-        self, slot: int, epoch: int, entries: list[bytes], done_ids: list[str], retention_ms: int
-    ) -> bool:
-        """trim_journals for one slot; False when its journal was not the one read."""
-        calls = self._trim_calls({slot: (epoch, entries, done_ids)}, retention_ms)
-        return only_reply(await self._call_many("trim_journal", calls), int) != JOURNAL_CHANGED
-
-    async def trim_journals(
-        self, trims: dict[int, tuple[int, list[bytes], list[str]]], retention_ms: int
-    ) -> tuple[set[int], set[int]]:
-        """Drop recorded entries: slot → (epoch, the entries as read, ids of the jobs they
-        recorded as fired or expired). Returns the fenced slots, and those whose journal
-        was not the one read (nothing trimmed: lua/trim_journal.lua)."""
-        calls = self._trim_calls(trims, retention_ms)
-        replies = every_reply(await self._call_many("trim_journal", calls), calls)
-        answers = dict(zip(trims, replies, strict=True))
-        fenced = {slot for slot, reply in answers.items() if isinstance(reply, Fenced)}
-        changed = {s for s, r in answers.items() if s not in fenced and r == JOURNAL_CHANGED}
-        return fenced, changed
-
-    async def take(self, slot: int, epoch: int) -> bool:
-        """Make epoch the slot's current one; False (TakeCode.STALE) if this epoch or a
-        newer one is already there (an epoch is issued once: lua/take.lua)."""
-        try:
-            code = await self._call_durable("take", slot, [self.keys.slot(slot).owner], [epoch])
-        except ReplicationUnconfirmed as exc:
-            exc.result = bool(exc.result == TakeCode.TAKEN)
-            raise
-        return bool(code == TakeCode.TAKEN)
-
-    async def dead_page(
-        self, slot: int, start: int, count: int
-    ) -> list[tuple[bytes, int, bytes | None]]:
-        """Dead jobs of a slot by time of death: (job id, died ms, envelope)."""
-        k = self.keys.slot(slot)
-        entries: list[Any] = await self.redis.zrange(
-            k.dead, start, start + count - 1, withscores=True
-        )
-        if not entries:
-            return []
-        envelopes: list[Any] = await self.redis.hmget(k.jobs, [job_id for job_id, _ in entries])
-        return [
-            (job_id, int(score), envelope)
-            for (job_id, score), envelope in zip(entries, envelopes, strict=True)
-        ]
-
-    async def dead_one(self, slot: int, job_id: str) -> tuple[int, bytes] | None:
-        """(died ms, envelope) of a dead job, or None if it is not dead."""
-        k = self.keys.slot(slot)
-        died = await self.redis.zscore(k.dead, job_id)
-        envelope: Any = await self.redis.hget(k.jobs, job_id)
-        if died is None or envelope is None:
-            return None
-        return int(died), envelope
-
-    async def dead_replay(self, slot: int, job_ids: list[str]) -> list[ReplayCode]:
-        """Replay dead jobs of a slot (they are due now); a ReplayCode per job id."""
-        k = self.keys.slot(slot)
-        replies = await self._call(
-            "dead_replay",
-            [k.dead, k.delay, k.jobs, k.attempts, k.seq, k.done],
-            [self.keys.wake_channel, slot, *job_ids],
-        )
-        return [ReplayCode(reply) for reply in replies]  # an operator's few hundred
-
-    async def dead_purge(self, slot: int, job_ids: list[str]) -> int:
-        k = self.keys.slot(slot)
-        return int(await self._call("dead_purge", [k.dead, k.jobs, k.attempts], job_ids))
-
-    async def cancel(self, slot: int, job_id: str, tomb_ms: int) -> CancelStep:
-        """Cancel a job in Redis; on CHANGED and ABSENT a tombstone refuses its adds for
-        tomb_ms (see lua/cancel.lua)."""
-        k = self.keys.slot(slot)
-        keys = [k.delay, k.inflight, k.dead, k.jobs, k.attempts, k.tomb, k.acked, k.expired]
-        try:
-            reply = await self._call_durable("cancel", slot, keys, [job_id, tomb_ms])
-        except ReplicationUnconfirmed as exc:
-            exc.result = cancel_step(exc.result)
-            raise
-        return cancel_step(reply)
-
-    async def untomb(self, slot: int, job_id: str, cancelled: CancelStep) -> bool:
-        """Take back the tombstone of `cancelled` (lua/untomb.lua); False when it is no
-        longer that cancel's."""
-        args = [job_id, cancelled.tomb_ms, cancelled.replaced_ms]
-        return bool(await self._call("untomb", [self.keys.slot(slot).tomb], args) == 1)
-
-    async def reschedule(self, slot: int, job_id: str, due_ms: int) -> tuple[ChangeCode, bool]:
-        """A new due time for a job; returns (what happened, woke the owner)."""
-        k = self.keys.slot(slot)
-        keys = k.for_reschedule()
-        args = [self.keys.wake_channel, slot, job_id, due_ms]
-        try:
-            code, woke = await self._call_durable("reschedule", slot, keys, args)
-        except ReplicationUnconfirmed as exc:
-            exc.result = (ChangeCode(exc.result[0]), exc.result[1] == 1)
-            raise
-        return ChangeCode(code), woke == 1

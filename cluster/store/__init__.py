@@ -10,7 +10,9 @@ May import: cluster.errors, cluster.settings, cluster.model.
   and the charset check of a caller's connection (schedule_in)
 - ``sql``: connection URLs, time conversions, statements built as text, overlapped runs
 - ``rows``: a job row as a ``JobRecord``
-- ``migrations``: applying and checking schema/
+- ``migrations``: what a migration is, and ``delayq db migrate`` applying them
+- ``migration_files``: the files of schema/ read, split into statements, checksummed
+- ``schema_check``: the check of the schema and the layout on every open
 - ``recurring_store``: recurring schedules' rows and cursors
 - ``retention``: deleting finished jobs past their retention
 """

@@ -1,5 +1,6 @@
-"""Versioned schema migrations of the job shards, and the schema check of nodes and
-producers on open.
+"""Versioned schema migrations of the job shards: what a migration is, and `delayq db
+migrate` applying them. The files are read by cluster/store/migration_files.py; nodes
+and producers check the schema on open in cluster/store/schema_check.py.
 
 A migration is a file ``schema/NNN_name.sql`` (package data; NNN is its version, 001,
 002, … without gaps). `delayq db migrate` applies, in version order, every migration the
@@ -37,10 +38,6 @@ versions 1..schema_version are recorded as applied without running them again.
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
-import importlib.resources
-import re
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -52,13 +49,11 @@ import pymysql
 
 from cluster.errors import SchemaError
 from cluster.settings.config import Settings
+from cluster.store.migration_files import Migration, load_migrations
 from cluster.store.routing import COPYING, HOME, recorded_shards
 from cluster.store.servers import ServerSpec, initial_placement
 from cluster.store.tick_rows import place_tick_rows
 
-MIGRATION_NAME = re.compile(r"(\d{3})_([a-z0-9_]+)\.sql")
-# A statement ends with ";" at the end of a line (as in every schema file so far).
-_STATEMENT_END = re.compile(r";[ \t]*(?:\r?\n|\Z)")
 LOCK_WAIT_S = 60
 
 
@@ -88,72 +83,6 @@ class ShardedDatabase(Protocol):
     def outbox_table(self, shard: tuple[int, int]) -> str: ...
 
     def recurring_table(self, shard: tuple[int, int]) -> str: ...
-
-
-@dataclass(frozen=True)
-class Migration:
-    """One schema/NNN_name.sql file."""
-
-    version: int
-    name: str
-    statements: tuple[str, ...]
-    checksum: str
-
-    def for_shard(self, jobs: str, history: str, outbox: str, recurring: str) -> list[str]:
-        # str.replace rather than str.format: a statement may hold braces of its own.
-        return [
-            s.replace("{jobs}", jobs)
-            .replace("{history}", history)
-            .replace("{outbox}", outbox)
-            .replace("{recurring}", recurring)
-            for s in self.statements
-        ]
-
-
-def parse_migration(version: int, name: str, text: str) -> Migration:
-    statements = tuple(
-        s.strip()
-        for s in _STATEMENT_END.split(text)
-        if not all(line.lstrip().startswith("--") for line in s.strip().splitlines())
-    )
-    if not statements:
-        raise SchemaError(f"migration {name} holds no SQL statement")
-    code = ";\n".join(
-        "\n".join(line.rstrip() for line in s.splitlines() if not line.lstrip().startswith("--"))
-        for s in statements
-    )
-    return Migration(version, name, statements, hashlib.sha256(code.encode()).hexdigest())
-
-
-def load_migrations(directory: Traversable | None = None) -> list[Migration]:
-    """The migrations of a directory (default: the packaged schema/), in version order."""
-    if directory is None:
-        return _packaged()
-    found: list[Migration] = []
-    for entry in directory.iterdir():
-        if not entry.name.endswith(".sql"):
-            continue
-        match = MIGRATION_NAME.fullmatch(entry.name)
-        if match is None:
-            raise SchemaError(
-                f"{entry.name}: a migration file is named NNN_name.sql (three digits, then "
-                "lowercase letters, digits and underscores)"
-            )
-        text = entry.read_text(encoding="utf-8")
-        found.append(parse_migration(int(match[1]), entry.name, text))
-    found.sort(key=lambda m: m.version)
-    if [m.version for m in found] != list(range(1, len(found) + 1)) or not found:
-        raise SchemaError(
-            "migration versions must run 001, 002, … without gaps or repeats; found "
-            f"{[m.name for m in found]} in {directory}"
-        )
-    return found
-
-
-@functools.cache
-def _packaged() -> list[Migration]:
-    # Read once per process: every DelayClient.open() checks the schema against them.
-    return load_migrations(importlib.resources.files("cluster.schema"))
 
 
 @dataclass
@@ -287,7 +216,7 @@ async def _migrate(
         )
     shards = store.all_shards(dbs)
     report = MigrationReport(shards=len(shards))
-    records = await _read_records(cur, store.database)
+    records = await read_records(cur, store.database)
     if not records and meta.get("schema_version"):
         # Migrated before migrations were versioned: what it ran is what it recorded.
         for migration in migrations[: int(meta["schema_version"])]:
@@ -375,7 +304,7 @@ def _check_checksums(
         )
 
 
-async def _read_records(cur: Any, database: str) -> dict[int, _Record]:
+async def read_records(cur: Any, database: str) -> dict[int, _Record]:
     await cur.execute(
         "SELECT version, name, checksum, shards_done, applied_at IS NOT NULL"
         f" FROM `{database}`.delayq_migrations"
@@ -393,58 +322,3 @@ async def _record(cur: Any, main: str, migration: Migration, done: int, *, appli
         f" VALUES (%s, %s, %s, %s, {'NOW(3)' if applied else 'NULL'})",
         (migration.version, migration.name, migration.checksum, done),
     )
-
-
-async def check_schema(store: ShardedDatabase, directory: Traversable | None = None) -> None:
-    """Refuse a database that is not migrated, misses a migration this delayq knows, or
-    was laid out for other settings (what nodes and producers check on open), on every
-    server whose pool is open (a server that did not answer is checked by no one: its
-    shards stay unavailable until it answers)."""
-    migrations = load_migrations(directory)
-    for index, pool in sorted(store.open_pools().items()):
-        async with pool.acquire() as conn, conn.cursor() as cur:
-            await _check_server(store, store.servers[index], cur, migrations)
-
-
-async def _check_server(
-    store: ShardedDatabase, server: ServerSpec, cur: Any, migrations: list[Migration]
-) -> None:
-    where = f"database {store.database!r}" + (f" on {server}" if len(store.servers) > 1 else "")
-    try:
-        meta = await read_meta(cur, store.database)
-    except aiomysql.ProgrammingError:
-        meta = {}
-    if not meta:
-        raise SchemaError(f"{where} has no delayq schema: run `delayq db migrate`")
-    try:
-        records = await _read_records(cur, store.database)
-        applied = {version for version, record in records.items() if record.applied}
-    except aiomysql.ProgrammingError:
-        # Not adopted yet: the old schema_version says what ran.
-        applied = set(range(1, int(meta.get("schema_version", "0")) + 1))
-    missing = [m.name for m in migrations if m.version not in applied]
-    if missing:
-        raise SchemaError(
-            f"the delayq schema of {where} is out of date ({', '.join(missing)} not applied): "
-            "run `delayq db migrate`"
-        )
-    wanted = layout_of(store.settings)
-    if meta.get("key_prefix", wanted["key_prefix"]) != wanted["key_prefix"]:
-        raise SchemaError(
-            f"{where} belongs to the cluster with key_prefix "
-            f"{meta.get('key_prefix')!r}, not {wanted['key_prefix']!r}: give each cluster "
-            "its own database"
-        )
-    if {k: meta.get(k) for k in ("databases", "tables")} != {
-        k: wanted[k] for k in ("databases", "tables")
-    }:
-        raise SchemaError(
-            f"the database holds a {meta.get('databases')}×{meta.get('tables')} shard "
-            f"layout but settings say {wanted['databases']}×{wanted['tables']}"
-        )
-    if meta.get("slots", wanted["slots"]) != wanted["slots"]:
-        # A producer with another slot count would put jobs in slots no node owns.
-        raise SchemaError(
-            f"the cluster has {meta['slots']} slots but settings say "
-            f"slots={wanted['slots']}: the slot count is fixed when a cluster is created"
-        )

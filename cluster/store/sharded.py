@@ -25,7 +25,7 @@ import pymysql
 from cluster.errors import StoreAccessError, StoreUnavailable
 from cluster.model.keys import shard_of
 from cluster.settings.config import Settings
-from cluster.store import connect, migrations, sql
+from cluster.store import connect, migrations, schema_check, sql
 from cluster.store.migrations import MigrationReport
 from cluster.store.routing import ShardRouter, shard_database
 from cluster.store.servers import ServerSpec, server_specs
@@ -213,4 +213,4 @@ class ShardedStore:
 
     async def check_layout(self) -> None:
         """Refuse a database that misses a migration or has another layout."""
-        await migrations.check_schema(self, self.schema_dir)
+        await schema_check.check_schema(self, self.schema_dir)

@@ -18,7 +18,7 @@ open files, threads, asyncio tasks and store connections are sampled every --sam
 (benchmarks/soak_watch.py), with every other process's memory.
 
 At the end, once every job due has had its time, the fault suite's checker
-(tests/checker.py) judges: nothing lost, none early, no cancelled job fired, no
+(tests/faults/verdict.py) judges: nothing lost, none early, no cancelled job fired, no
 rescheduled job fired at its old time, MySQL and Redis agree. The report gives those
 counts, lateness p50/p99/max of the jobs due in each phase, duplicates by phase, the
 longest pause (the longest gap between two records read while a job was already due)
@@ -45,7 +45,7 @@ import aiohttp
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # tests/checker.py, tests/conftest.py
+sys.path.insert(0, str(ROOT))  # tests/faults/verdict.py, tests/conftest.py
 
 from aiokafka import AIOKafkaProducer  # noqa: E402
 from soak_faults import Faults, plan  # noqa: E402  (beside this file)
@@ -56,9 +56,10 @@ from cluster.connections.kafka_conn import connection_options, make_admin, start
 from cluster.connections.redis_conn import open_redis  # noqa: E402
 from cluster.devstack import processes, production  # noqa: E402
 from cluster.settings.config import Settings  # noqa: E402
-from tests.checker import Ledger, all_rows  # noqa: E402
 from tests.conftest import TOPIC_PARTITIONS, Collector  # noqa: E402
-from tests.test_faults import reading, settle  # noqa: E402
+from tests.faults.load import reading  # noqa: E402
+from tests.faults.settle import settle  # noqa: E402
+from tests.faults.verdict import Ledger, all_rows  # noqa: E402
 
 LONG_RUNNER = "node-4"
 BEYOND = (400.0, 600.0)  # beyond the default 300 s Redis horizon

@@ -29,10 +29,9 @@ from cluster.connections.redis_conn import RedisClient
 from cluster.devstack import stack
 from cluster.errors import ConfigError
 from cluster.settings.config import Settings
-from tests.checker import Ledger, Verdict
 from tests.conftest import Collector, wait_for
-from tests.processes import NodeProcess
-from tests.test_faults import assert_safe, crash_at, scenario
+from tests.faults.scenario import Run, crash_at, scenario
+from tests.faults.verdict import Ledger, Verdict, assert_safe
 
 EXACTLY_ONCE = {"DELAYQ_DELIVERY": "exactly_once"}
 
@@ -134,21 +133,21 @@ def test_each_slot_has_its_own_transactional_id(settings: Settings) -> None:
     assert all(settings.key_prefix in i for i in ids)
 
 
-async def sigkill_a_node(procs: list[NodeProcess]) -> None:
-    procs[0].signal(signal.SIGKILL)
+async def sigkill_a_node(run: Run) -> None:
+    run.procs[0].signal(signal.SIGKILL)
 
 
-async def freeze_a_node_past_its_session(procs: list[NodeProcess]) -> None:
+async def freeze_a_node_past_its_session(run: Run) -> None:
     """A zombie: the node freezes mid-publish past its ZooKeeper session, the other takes
     its slots (and their transactional ids, fencing it), then it wakes up."""
-    procs[0].signal(signal.SIGSTOP)
+    run.procs[0].signal(signal.SIGSTOP)
     try:
         await asyncio.sleep(6.5)
     finally:
-        procs[0].signal(signal.SIGCONT)
+        run.procs[0].signal(signal.SIGCONT)
 
 
-async def kill_the_broker(procs: list[NodeProcess]) -> None:
+async def kill_the_broker(run: Run) -> None:
     """kill -9 of the broker mid-transaction; it restarts with its log 5 s later."""
     pid = stack.service_pid("kafka")
     assert pid is not None
@@ -174,7 +173,7 @@ class TestFaults:
     async def test_a_fault(
         self,
         name: str,
-        fault: Callable[[list[NodeProcess]], Awaitable[None]],
+        fault: Callable[[Run], Awaitable[None]],
         settings: Settings,
         client: DelayClient,
         redis: RedisClient,
@@ -182,7 +181,7 @@ class TestFaults:
         committed: Collector,
         tmp_path: Path,
     ) -> None:
-        result, ledger = await scenario(
+        result, ledger, _ = await scenario(
             name, settings, client, redis, topic, committed, tmp_path, fault, node_env=EXACTLY_ONCE
         )
         assert_once(result, ledger)

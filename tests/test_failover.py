@@ -30,10 +30,11 @@ from cluster.connections.redis_conn import RedisClient
 from cluster.devstack import stack
 from cluster.devstack.service import HOST
 from cluster.settings.config import Settings
-from tests.checker import Ledger, Verdict
 from tests.conftest import Collector
+from tests.faults.load import reading
+from tests.faults.settle import settle
+from tests.faults.verdict import Ledger, Verdict, assert_safe
 from tests.processes import NodeProcess
-from tests.test_faults import assert_safe, reading, settle
 
 pytestmark = [
     pytest.mark.slow,

@@ -6,7 +6,7 @@ A cancel whose Redis step ran and whose MySQL step failed leaves its job out of 
 the node owning its slot puts it back seconds after MySQL answers again
 (actors/tombstones.py), so it fires then instead of at the reconciler's full pass
 (reconcile_interval_ms, 300 s here, longer than settling waits). Each scenario checks
-what the fault suite checks (tests/test_faults.py: nothing lost or early, no job whose
+what the fault suite checks (tests/faults/verdict.py: nothing lost or early, no job whose
 cancel returned true fired, the stores agree afterwards) and also: every cancel that
 raised raised StoreUnavailable or OutcomeUnknown, never a driver's error; a job whose
 cancel raised StoreUnavailable (nothing was changed) fires. It prints the worst
@@ -31,8 +31,10 @@ from cluster import DelayClient, OutcomeUnknown, StoreUnavailable
 from cluster.connections.redis_conn import RedisClient
 from cluster.devstack import stack
 from cluster.settings.config import Settings
-from tests.checker import Ledger, Verdict
 from tests.conftest import Collector
+from tests.faults.load import reading
+from tests.faults.settle import settle
+from tests.faults.verdict import Ledger, Verdict, assert_safe
 from tests.processes import NodeProcess
 from tests.test_failover import (
     _pid_of,
@@ -44,7 +46,6 @@ from tests.test_failover import (
     restart_node,
     wait_until,
 )
-from tests.test_faults import assert_safe, reading, settle
 
 pytestmark = [pytest.mark.slow]
 __all__ = ["healthy_cluster"]  # a fixture of the failover scenarios, used here too

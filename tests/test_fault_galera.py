@@ -6,7 +6,7 @@ Redis horizon, so loaded from MySQL while the fault lasts) as producers schedule
 and reschedule; the Galera node the nodes' connections are on is killed -9, and started
 again 8 s later, rejoining by IST.
 
-What is checked is what the fault suite checks (tests/checker.py: nothing lost, none
+What is checked is what the fault suite checks (tests/faults/verdict.py: nothing lost, none
 early, no cancelled job fired, MySQL and Redis agree afterwards), no duplicate, every
 schedule the producers retried with the same job_id scheduled once, and the rejoined
 node holding the same rows as the others. Printed: the counts, what the calls raised,
@@ -49,10 +49,11 @@ from cluster.devstack.databases import create_cluster_database, drop_cluster_dat
 from cluster.settings.config import Settings
 from cluster.store.connect import connect
 from cluster.store.sql import mysql_connect_args
-from tests.checker import Ledger
 from tests.conftest import Collector
+from tests.faults.load import reading
+from tests.faults.settle import settle
+from tests.faults.verdict import Ledger, assert_safe
 from tests.processes import NodeProcess
-from tests.test_faults import assert_safe, reading, settle
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

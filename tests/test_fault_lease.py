@@ -22,10 +22,11 @@ from cluster import DelayClient
 from cluster.connections.redis_conn import RedisClient
 from cluster.devstack import stack
 from cluster.settings.config import Settings
-from tests.checker import Ledger
 from tests.conftest import Collector
+from tests.faults.load import reading, steady_load
+from tests.faults.settle import settle
+from tests.faults.verdict import Ledger, assert_safe
 from tests.processes import NodeProcess, wait_served
-from tests.test_faults import assert_safe, reading, settle, steady_load
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

@@ -7,7 +7,7 @@ These scenarios kill MariaDB servers, so they run on a private stack of their ow
 (`delayq services up --mysql-servers 3` with its own state folder and ports: Redis 26379,
 MariaDB 26306/26316/26326, ZooKeeper 22181, Kafka 29092; DELAYQ_TEST_PRIVATE_STACK_DIR
 moves the folder), started by this module and stopped at its end; the shared local stack
-is never touched. Each scenario checks what the fault suite checks (tests/checker.py:
+is never touched. Each scenario checks what the fault suite checks (tests/faults/verdict.py:
 nothing lost, none early, MySQL and Redis agree afterwards), and that a job named
 not scheduled has no row and never fires. It prints its counts and the lateness (receive
 time - due time) of the jobs on the failed server and on the others (docs/guarantees.md
@@ -23,7 +23,7 @@ import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,19 +33,26 @@ import pymysql
 import pytest
 
 from cluster import DelayClient, StoreUnavailable
-from cluster.connections.redis_conn import RedisClient, open_redis
-from cluster.devstack.databases import create_cluster_database, drop_cluster_database
+from cluster.connections.redis_conn import RedisClient
 from cluster.errors import ScheduleIncomplete
 from cluster.settings.config import Settings
 from cluster.store.connect import connect
 from cluster.store.servers import server_specs
 from cluster.store.sql import mysql_connect_args
-from tests.checker import Ledger, Verdict
 from tests.conftest import Collector, wait_for
+from tests.faults.load import reading
+from tests.faults.private import (
+    PrivateStack,
+    gone,
+    private_env_fixture,
+    private_redis_fixture,
+    private_settings_fixture,
+)
+from tests.faults.settle import settle
+from tests.faults.timing import spread_s
+from tests.faults.verdict import Ledger, Verdict, assert_safe
 from tests.mysql_tools import ids_on_server
-from tests.private_stack import PrivateStack, gone
 from tests.processes import NodeProcess
-from tests.test_faults import assert_safe, reading, settle
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -85,20 +92,21 @@ def _kind(payload_lead_ms: int) -> str:
 STACK = PrivateStack(STATE_DIR, PORTS, ("--mysql-servers", str(SERVERS)))
 
 
-@pytest.fixture(scope="module")
-def private_env() -> Iterator[dict[str, str]]:
-    """The private stack, up for this module: its DELAYQ_* settings."""
-    with STACK.running() as env:
-        yield env
+private_env = private_env_fixture(STACK)
 
 
 def server_pid(index: int) -> int:
     return STACK.pid("mysql" if index == 0 else f"mysql-{index}")
 
 
-async def restart_servers() -> None:
-    """Start what is down of the private stack (the killed server) and wait for it."""
-    await STACK.restart()
+async def answers(settings: Settings) -> bool:
+    """Whether the failed server takes a connection."""
+    try:
+        conn = await connect(**mysql_connect_args(settings, server_specs(settings)[FAILED].url))
+    except (pymysql.err.Error, OSError):
+        return False
+    conn.close()
+    return True
 
 
 # ----- per-test fixtures on the private stack (they replace conftest's) -------------------
@@ -110,30 +118,16 @@ def payload_lead_ms() -> int:
     return HORIZON_MS // 2
 
 
-@pytest.fixture
-async def settings(private_env: dict[str, str], payload_lead_ms: int) -> AsyncIterator[Settings]:
-    base = Settings.from_env({**private_env, "DELAYQ_MYSQL_DATABASES": str(DATABASES)})
-    if not await answers(base):  # left down by a scenario that failed half-way
-        await restart_servers()
-    prefix = f"t{uuid.uuid4().hex[:10]}"
-    made = await create_cluster_database(
-        base.replace(
-            key_prefix=prefix,
-            node_id=f"test-{uuid.uuid4().hex[:6]}",
-            redis_horizon_ms=HORIZON_MS,
-            payload_lead_ms=payload_lead_ms,
-        ),
-        f"delayq_{prefix}",
-    )
-    yield made
-    await drop_cluster_database(made)
-
-
-@pytest.fixture
-async def redis(settings: Settings) -> AsyncIterator[RedisClient]:
-    client = await open_redis(settings)
-    yield client
-    await client.aclose()
+settings = private_settings_fixture(
+    STACK,
+    healthy=answers,
+    env={"DELAYQ_MYSQL_DATABASES": str(DATABASES)},
+    changes=lambda request: {
+        "redis_horizon_ms": HORIZON_MS,
+        "payload_lead_ms": request.getfixturevalue("payload_lead_ms"),
+    },
+)
+redis = private_redis_fixture()
 
 
 # client, topic and collector are conftest's, made with this module's settings.
@@ -230,18 +224,6 @@ class Producer:
             ids = [i for s in range(SERVERS) for i in self.ids_on(s, PER_SERVER_TICK)]
             await self.schedule(self.jobs(ids, rng, 0.3, 6), None)
             await asyncio.sleep(TICK_S * MIXED_EVERY)
-
-
-def spread_s(values: list[float]) -> str:
-    """p50 / p99 / max of lateness values in ms, in seconds."""
-    if not values:
-        return "-"
-    ordered = sorted(values)
-
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1000
-
-    return f"p50 {at(0.5):.2f} / p99 {at(0.99):.2f} / max {ordered[-1] / 1000:.2f} s"
 
 
 def lateness_by_server(
@@ -375,16 +357,6 @@ def waited_in_mysql(
     return arrived
 
 
-async def answers(settings: Settings) -> bool:
-    """Whether the failed server takes a connection."""
-    try:
-        conn = await connect(**mysql_connect_args(settings, server_specs(settings)[FAILED].url))
-    except (pymysql.err.Error, OSError):
-        return False
-    conn.close()
-    return True
-
-
 async def kill_and_restart(window: Window, settings: Settings) -> None:
     pid = server_pid(FAILED)
     os.kill(pid, signal.SIGKILL)
@@ -394,7 +366,7 @@ async def kill_and_restart(window: Window, settings: Settings) -> None:
     window.struck = time.time()
     await asyncio.sleep(OUTAGE_S)
     window.resumed = time.time()
-    restart = asyncio.create_task(restart_servers())
+    restart = asyncio.create_task(STACK.restart_servers())
 
     async def back() -> bool:
         return await answers(settings) or restart.done()
@@ -552,7 +524,7 @@ async def test_a_batch_whose_server_is_killed_mid_write(
         async with reading(collector):
             for _ in range(3):
                 call, seen, killed_after = await batch_killed_mid_write(producer, settings, size)
-                await restart_servers()
+                await STACK.restart_servers()
                 total += size
                 tries.append(
                     f"{size} jobs: {call.outcome} after {call.took_s:.2f} s, server {FAILED} "
@@ -675,12 +647,12 @@ async def test_a_frozen_server_holds_back_only_its_own_jobs(
             unknown = set(outcome.unknown)
             with_rows: set[str] = set()
 
-            async def settled() -> bool:
+            async def rows_fired() -> bool:
                 with_rows.update(await rows_of(client, unknown))
                 fired = {str(r["job_id"]) for r in collector.records}
                 return with_rows <= fired and await rows_of(client, unknown) == with_rows
 
-            assert await wait_for(settled, timeout_s=90, interval_s=0.5)
+            assert await wait_for(rows_fired, timeout_s=90, interval_s=0.5)
             fired = {str(r["job_id"]) for r in collector.records}
             not_scheduled = set(outcome.not_scheduled) | set(batch.not_scheduled)
             assert await rows_of(client, not_scheduled) == set()

@@ -2,7 +2,7 @@
 
 Node 0 reaches one service (Redis, Kafka, MySQL or ZooKeeper) through a relay of the
 test (tests/zk_relay.py; tests/kafka_relay.py for the broker, whose addresses it
-rewrites) and the others directly. Under the fault suite's load (tests/test_faults.py)
+rewrites) and the others directly. Under the fault suite's load (tests/faults/load.py)
 the relay is blackholed for CUT_S: it forwards nothing and closes nothing, as a network
 that drops packets, while node 0 still reaches the other three services. Then it
 forwards again.
@@ -11,7 +11,7 @@ Cut off from Redis, Kafka or ZooKeeper, node 0 cannot do its slots' work: the ot
 must serve them within the bound of docs/guarantees.md (store_unreachable_release_ms,
 or for ZooKeeper the session timeout, plus TAKE_OVER_S), and node 0 must take its share
 back once healed. Cut off from MySQL alone it keeps its slots and fires what Redis
-holds. Each scenario then checks what the fault suite checks (tests/checker.py: nothing
+holds. Each scenario then checks what the fault suite checks (tests/faults/verdict.py: nothing
 lost, none early, MySQL and Redis agree).
 """
 
@@ -28,11 +28,11 @@ import pytest
 from cluster import DelayClient
 from cluster.connections.redis_conn import RedisClient
 from cluster.settings.config import Settings
-from tests.checker import Verdict
 from tests.conftest import Collector
+from tests.faults.scenario import Run, scenario
+from tests.faults.verdict import Verdict, assert_safe
 from tests.kafka_relay import KafkaRelay
-from tests.processes import FAST_FAILOVER, NodeProcess, slots_served_by, wait_served
-from tests.test_faults import assert_safe, scenario
+from tests.processes import FAST_FAILOVER, slots_served_by, wait_served
 from tests.zk_relay import Relay
 
 pytestmark = [
@@ -153,12 +153,10 @@ async def cut_off_from(
     through = {f"DELAYQ_{SETTING[service]}": _through(settings, service, relay)}
     marks: dict[str, float] = {}
     held: list[int] = []
-    procs_seen: list[NodeProcess] = []
 
-    async def fault(procs: list[NodeProcess]) -> None:
-        procs_seen.extend(procs)
-        names = {proc.name for proc in procs}
-        cut_off = procs[0].name
+    async def fault(run: Run) -> None:
+        names = {proc.name for proc in run.procs}
+        cut_off = run.procs[0].name
         await wait_served(settings, names)
         served = await slots_served_by(settings)
         held.extend(slot for slot, node in served.items() if node == cut_off)
@@ -180,7 +178,7 @@ async def cut_off_from(
         marks["rejoined"] = time.time()
 
     try:
-        result, ledger = await scenario(
+        result, ledger, run = await scenario(
             name,
             settings,
             client,
@@ -194,7 +192,7 @@ async def cut_off_from(
         )
     finally:
         await relay.close()
-    cut_off = procs_seen[0]
+    cut_off = run.procs[0]
     log = cut_off.log_path.read_text()
     cut_ms, healed_ms = marks["cut"] * 1000, marks["healed"] * 1000
     first: dict[str, dict[str, object]] = {}  # each job's first record

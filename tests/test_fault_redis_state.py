@@ -22,11 +22,13 @@ from cluster.connections.redis_conn import RedisClient
 from cluster.devstack import stack
 from cluster.scripts.runner import load_source
 from cluster.settings.config import Settings
-from tests.checker import Ledger
 from tests.conftest import Collector
+from tests.faults.load import reading, steady_load
+from tests.faults.scenario import Run, down_for, scenario
+from tests.faults.settle import settle
+from tests.faults.verdict import Ledger, assert_safe
 from tests.forwarder import Forwarder, free_port
 from tests.processes import NodeProcess
-from tests.test_faults import assert_safe, down_for, reading, scenario, settle, steady_load
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -140,10 +142,10 @@ async def test_redis_stopped_while_claims_run(
     """Redis stopped (SIGTERM) for 10 s under load, while the nodes claim: nothing lost,
     none early; the worst lateness after the heal is printed and recorded."""
 
-    async def fault(procs: list[NodeProcess]) -> None:
+    async def fault(run: Run) -> None:
         await down_for("redis", 10)
 
-    result, ledger = await scenario(
+    result, ledger, _ = await scenario(
         "redis-stopped-while-claiming", settings, client, redis, topic, collector, tmp_path, fault
     )
     assert_safe(result, ledger)

@@ -8,7 +8,7 @@ These scenarios kill ZooKeeper servers, so they run on a private stack of their 
 MariaDB 27306, ZooKeeper 27181/27281/27381 (quorum and election ports + 10 and + 20),
 Kafka 27092; DELAYQ_TEST_PRIVATE_ZK_STACK_DIR moves the folder), started by this module
 and stopped at its end; the shared local stack is never touched. Each scenario checks
-what the fault suite checks (tests/checker.py: nothing lost, none early, MySQL and
+what the fault suite checks (tests/faults/verdict.py: nothing lost, none early, MySQL and
 Redis agree afterwards), samples every node's /metrics (slots owned, jobs moved, fenced
 script runs) and prints its counts, the lateness and the longest pause in publishing
 (docs/guarantees.md has the results).
@@ -17,35 +17,32 @@ script runs) and prints its counts, the lateness and the longest pause in publis
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import signal
 import time
-import urllib.request
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from cluster import DelayClient
-from cluster.connections.redis_conn import RedisClient, open_redis
+from cluster.connections.redis_conn import RedisClient
 from cluster.devstack import zk_ensemble
-from cluster.devstack.databases import create_cluster_database, drop_cluster_database
-from cluster.devstack.nodes import free_port
 from cluster.model.keys import KeySpace
 from cluster.observe.status import read_status
 from cluster.scripts.facade import Scripts
 from cluster.settings.config import Settings
-from tests.checker import Ledger, Verdict
 from tests.conftest import Collector, wait_for
-from tests.private_stack import PrivateStack, gone
-from tests.processes import NodeProcess, slots_served_by, wait_served
-from tests.test_fault_mysql_servers import spread_s
-from tests.test_faults import assert_safe, reading, settle, steady_load
+from tests.faults.private import (
+    PrivateStack,
+    gone,
+    private_env_fixture,
+    private_redis_fixture,
+    private_settings_fixture,
+)
+from tests.faults.scenario import Run, scenario
+from tests.faults.timing import lateness, longest_pause_s
+from tests.faults.verdict import Verdict, assert_safe
+from tests.processes import slots_served_by, wait_served
 from tests.zk_relay import Relay
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -66,7 +63,6 @@ FAULT_AT_S = 4.0  # after the load began
 LEADER_DOWN_S = 5.0
 NO_QUORUM_S = 30.0
 PARTITION_S = 10.0  # past the nodes' 3 s session timeout (tests/processes.py)
-SAMPLE_S = 0.1
 
 
 # ----- the private stack --------------------------------------------------------------
@@ -75,11 +71,7 @@ SAMPLE_S = 0.1
 STACK = PrivateStack(STATE_DIR, PORTS, ("--zk-ensemble", "3"))
 
 
-@pytest.fixture(scope="module")
-def private_env() -> Iterator[dict[str, str]]:
-    """The private stack, up for this module: its DELAYQ_* settings."""
-    with STACK.running() as env:
-        yield env
+private_env = private_env_fixture(STACK)
 
 
 def modes() -> dict[str, str | None]:
@@ -97,177 +89,19 @@ async def kill(name: str) -> None:
     await gone(pid)
 
 
-async def restart_servers() -> None:
-    """Start what is down of the private stack and wait until the ensemble serves."""
-    await STACK.restart()
-
-
 # ----- per-test fixtures on the private stack (they replace conftest's) -------------------
 
 
-@pytest.fixture
-async def settings(private_env: dict[str, str]) -> AsyncIterator[Settings]:
-    if None in modes().values():  # left down by a scenario that failed half-way
-        await restart_servers()
-    base = Settings.from_env(private_env)
-    prefix = f"t{uuid.uuid4().hex[:10]}"
-    made = await create_cluster_database(
-        base.replace(key_prefix=prefix, node_id=f"test-{uuid.uuid4().hex[:6]}"),
-        f"delayq_{prefix}",
-    )
-    yield made
-    await drop_cluster_database(made)
+async def serving(_: Settings) -> bool:
+    """Whether every server of the ensemble is up with a quorum."""
+    return None not in modes().values()
 
 
-@pytest.fixture
-async def redis(settings: Settings) -> AsyncIterator[RedisClient]:
-    client = await open_redis(settings)
-    yield client
-    await client.aclose()
+settings = private_settings_fixture(STACK, healthy=serving)
+redis = private_redis_fixture()
 
 
 # client, topic and collector are conftest's, made with this module's settings.
-
-
-# ----- what the nodes say about themselves ------------------------------------------------
-
-
-def read_metrics(port: int) -> dict[str, float]:
-    """A node's unlabelled series (delayq_slots_owned, delayq_jobs_moved_total, …)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
-            text = answer.read().decode()
-    except OSError:
-        return {}
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if not sample.labels
-    }
-
-
-@dataclass
-class Round:
-    """Every node's metrics at about the same moment."""
-
-    at: float  # time.time()
-    nodes: dict[str, dict[str, float]]
-
-    def owned(self, node: str) -> float | None:
-        return self.nodes[node].get("delayq_slots_owned")
-
-    def none_owned(self) -> bool:
-        return all(self.owned(node) == 0 for node in self.nodes)
-
-
-@dataclass
-class Run:
-    """One scenario: its nodes, what they said, and when the fault struck and healed."""
-
-    name: str
-    procs: list[NodeProcess]
-    ports: dict[str, int]  # node → metrics port
-    rounds: list[Round] = field(default_factory=list)
-    marks: dict[str, float] = field(default_factory=dict)  # event → time.time()
-
-    def mark(self, event: str) -> None:
-        self.marks[event] = time.time()
-
-    async def sample(self, done: asyncio.Event) -> None:
-        while not done.is_set():
-            at = time.time()
-            nodes = {
-                proc.name: await asyncio.to_thread(read_metrics, self.ports[proc.name])
-                for proc in self.procs
-            }
-            self.rounds.append(Round(at, nodes))
-            await asyncio.sleep(SAMPLE_S)
-
-    def between(self, start: str, end: str) -> list[Round]:
-        return [r for r in self.rounds if self.marks[start] <= r.at < self.marks[end]]
-
-    def dropped_s(self, node: str, start: str, end: str) -> float:
-        """How long the node held no slot between two marks (sampled)."""
-        rounds = self.between(start, end)
-        zero = [r.at for r in rounds if r.owned(node) == 0]
-        return (zero[-1] - zero[0] + SAMPLE_S) if zero else 0.0
-
-
-def longest_pause_s(records: list[dict[str, Any]], start: float, end: float) -> float:
-    """The longest time no record arrived at the consumer between two times (s)."""
-    times = sorted(float(r["received_ms"]) / 1000 for r in records)
-    edges = [start, *(t for t in times if start <= t <= end), end]
-    return max(b - a for a, b in itertools.pairwise(edges))
-
-
-def lateness(records: list[dict[str, Any]], start: float | None = None) -> str:
-    """p50 / p99 / max lateness of each job's first record (of those due after `start`)."""
-    first: dict[str, dict[str, Any]] = {}
-    for record in records:
-        first.setdefault(str(record["job_id"]), record)
-    return spread_s(
-        [
-            r["received_ms"] - r["due_ms"]
-            for r in first.values()
-            if start is None or r["due_ms"] >= start * 1000
-        ]
-    )
-
-
-async def scenario(
-    name: str,
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-    fault: Callable[[Run], Awaitable[None]],
-    *,
-    nodes: int = 2,
-    load_s: float,
-    node_env: Callable[[int], dict[str, str]] | None = None,
-) -> tuple[Verdict, Ledger, Run]:
-    """`nodes` nodes serving every slot, then the fault suite's load (500 jobs/s due
-    0.3-2 s ahead) for load_s with the fault FAULT_AT_S into it, each node's metrics
-    sampled meanwhile; settled and judged as `name`."""
-    ports = {f"{name}-{i}": free_port() for i in range(nodes)}
-    procs = [
-        NodeProcess(
-            settings,
-            tmp_path,
-            node,
-            {"DELAYQ_METRICS_PORT": str(port), **(node_env(i) if node_env else {})},
-        )
-        for i, (node, port) in enumerate(ports.items())
-    ]
-    run = Run(name, procs, ports)
-    ledger = Ledger()
-    done = asyncio.Event()
-    sampler: asyncio.Task[None] | None = None
-    try:
-        for proc in procs:
-            await proc.wait_ready()
-        await wait_served(settings, set(ports))
-        sampler = asyncio.create_task(run.sample(done))
-        async with reading(collector):
-            run.mark("load")
-            load = asyncio.create_task(steady_load(ledger, client, topic, seconds=load_s))
-            await asyncio.sleep(FAULT_AT_S)
-            await fault(run)
-            await load
-            run.mark("load_end")
-        result = await settle(name, ledger, collector, client, redis, timeout_s=180)
-        run.mark("settled")
-        assert [proc.returncode for proc in procs] == [None] * nodes  # all ran throughout
-    finally:
-        done.set()
-        if sampler is not None:
-            await sampler
-        for proc in procs:
-            proc.kill()
-    return result, ledger, run
 
 
 def report(run: Run, result: Verdict, collector: Collector, extra: str) -> None:
@@ -314,7 +148,7 @@ async def test_the_zookeeper_leader_killed_and_restarted(
         assert await wait_for(elected, timeout_s=60, interval_s=0.05)
         run.mark("elected")
         await asyncio.sleep(LEADER_DOWN_S)
-        await restart_servers()
+        await STACK.restart_servers()
         run.mark("healed")
 
     result, ledger, run = await scenario(
@@ -327,6 +161,11 @@ async def test_the_zookeeper_leader_killed_and_restarted(
         tmp_path,
         fault,
         load_s=FAULT_AT_S + LEADER_DOWN_S + 8,
+        fault_at_s=FAULT_AT_S,
+        settle_timeout_s=180,
+        sampled=True,
+        served_first=True,
+        all_running=True,
     )
     drops = {node: round(run.dropped_s(node, "struck", "settled"), 1) for node in run.ports}
     report(
@@ -364,7 +203,7 @@ async def test_two_of_three_zookeeper_servers_down_for_30_s(
         run.mark("struck")
         await asyncio.sleep(NO_QUORUM_S)
         run.mark("resumed")
-        await restart_servers()
+        await STACK.restart_servers()
         run.mark("healed")
         await wait_served(settings, set(run.ports), timeout_s=120)
         run.mark("served")
@@ -379,6 +218,11 @@ async def test_two_of_three_zookeeper_servers_down_for_30_s(
         tmp_path,
         fault,
         load_s=FAULT_AT_S + NO_QUORUM_S + 10,
+        fault_at_s=FAULT_AT_S,
+        settle_timeout_s=180,
+        sampled=True,
+        served_first=True,
+        all_running=True,
     )
     idle = [r for r in run.between("struck", "resumed") if r.none_owned()]
     assert idle, "the nodes kept slots without a quorum"
@@ -458,6 +302,11 @@ async def test_a_node_cut_off_from_zookeeper_alone(
             fault,
             nodes=3,
             load_s=FAULT_AT_S + PARTITION_S + 10,
+            fault_at_s=FAULT_AT_S,
+            settle_timeout_s=180,
+            sampled=True,
+            served_first=True,
+            all_running=True,
             node_env=lambda i: {"DELAYQ_ZK_HOSTS": hosts} if i == 0 else {},
         )
     finally:

@@ -1,6 +1,6 @@
 """The fault suite: real node processes under a steady load while something breaks.
 
-Each scenario logs every client call (tests/checker.py), reads every fired record from
+Each scenario logs every client call (tests/faults/verdict.py), reads every fired record from
 Kafka, and checks: lost = ok-scheduled − ok-cancelled − fired − dead must be 0, no job
 fires early, no cancelled job fires, and afterwards MySQL and Redis agree. Results are
 printed and appended to benchmarks/results/faults.jsonl (docs/guarantees.md).
@@ -9,180 +9,30 @@ printed and appended to benchmarks/results/faults.jsonl (docs/guarantees.md).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import random
 import shutil
 import signal
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from actors.failpoints import EXIT_CODE, NAMES
+from actors.failpoints import NAMES
 from actors.node import Node
 from cluster import DelayClient, Job, OutcomeUnknown, RedisStepFailed
 from cluster.connections.redis_conn import RedisClient
 from cluster.devstack import stack
-from cluster.model.contract import member_id
-from cluster.model.keys import slot_of
 from cluster.settings.config import Settings
-from tests.checker import Ledger, Verdict, verdict
 from tests.conftest import Collector, wait_for
+from tests.faults.load import reading
+from tests.faults.scenario import Run, crash_at, down_for, scenario
+from tests.faults.settle import settle
+from tests.faults.verdict import Ledger, assert_safe
 from tests.processes import NodeProcess
 
 # Faults kill the single-instance services, so the Redis Cluster pass leaves them out.
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
-
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "faults.jsonl"
-LOAD_S = 6.0
-TICK_S = 0.1
-PER_TICK = 50  # 500 jobs/s
-
-
-async def steady_load(
-    ledger: Ledger,
-    client: DelayClient,
-    topic: str,
-    seconds: float = LOAD_S,
-    extra: Callable[[int], list[dict[str, Any]]] | None = None,
-) -> None:
-    rng = random.Random(3)
-    end = time.monotonic() + seconds
-    tick = 0
-    while time.monotonic() < end:
-        jobs: list[dict[str, Any]] = [
-            {"topic": topic, "payload": {"tick": tick, "n": n}, "delay": rng.uniform(0.3, 2.0)}
-            for n in range(PER_TICK)
-        ]
-        await ledger.schedule_many(client, jobs + (extra(tick) if extra else []))
-        tick += 1
-        await asyncio.sleep(TICK_S)
-
-
-async def settle(
-    name: str,
-    ledger: Ledger,
-    collector: Collector,
-    client: DelayClient,
-    redis: RedisClient,
-    timeout_s: float = 120,
-) -> Verdict:
-    """Wait until every job that should fire did, none is still pending or firing (a
-    job published but not acked before a fault is retried later), and the stores agree;
-    then judge."""
-    deadline = time.monotonic() + timeout_s
-    result: Verdict | None = None
-    while time.monotonic() < deadline:
-        await collector.poll()
-        try:
-            result = await verdict(ledger, collector.records, client, redis)
-        except Exception:  # e.g. MySQL just came back and a pooled connection is stale
-            await asyncio.sleep(0.5)
-            continue
-        if not result.lost and not result.violations and not result.unfinished:
-            break
-        await asyncio.sleep(0.5)
-    await collector.quiet_for(1.0)
-    result = await verdict(ledger, collector.records, client, redis)
-    row = {
-        "scenario": name,
-        **result.row(),
-        "schedule_failed": ledger.schedule_failed,
-        "schedule_unknown": ledger.schedule_unknown,
-        "cancelled": len(ledger.cancelled),
-    }
-    print(f"\n[{name}] {row}")
-    for job_id in result.lost[:5]:  # what the stores say about a lost job, for the log
-        k = client.keys.slot(slot_of(job_id, client.settings.slots))
-        in_redis = {
-            "jobs": await redis.hexists(k.jobs, job_id),
-            "delay": job_id.encode() in {member_id(m) for m in await redis.zrange(k.delay, 0, -1)},
-            "inflight": await redis.zscore(k.inflight, job_id),
-            "tomb": await redis.zscore(k.tomb, job_id),
-            "acked": await redis.zscore(k.acked, job_id),
-        }
-        print(f"  lost {job_id}: {await client.get(job_id)} redis {in_redis}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("ab") as out:
-        out.write(orjson.dumps(row) + b"\n")
-    return result
-
-
-async def down_for(service: str, seconds: float) -> None:
-    """Stop a service of the local stack, wait, and start it again."""
-    pid = stack.service_pid(service)
-    assert pid is not None
-    os.kill(pid, signal.SIGTERM)
-    await asyncio.sleep(seconds)
-    await asyncio.to_thread(stack.up)
-
-
-def assert_safe(result: Verdict, ledger: Ledger) -> None:
-    assert result.lost == []
-    assert result.early == 0
-    assert result.cancelled_but_fired == []
-    assert result.fired_at_old_time == []
-    assert result.violations == []
-    assert result.unexpected <= ledger.schedule_unknown
-
-
-async def scenario(
-    name: str,
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-    fault: Callable[[list[NodeProcess]], Awaitable[None]],
-    nodes: int = 2,
-    node_env: dict[str, str] | Callable[[int], dict[str, str]] | None = None,
-    extra: Callable[[int], list[dict[str, Any]]] | None = None,
-) -> tuple[Verdict, Ledger]:
-    """`nodes` node processes (node_env: the same variables for each, or each one's by
-    its index) under the steady load, `fault` struck 2 s into it; settled and judged."""
-    procs = [
-        NodeProcess(
-            settings, tmp_path, f"{name}-{i}", node_env(i) if callable(node_env) else node_env
-        )
-        for i in range(nodes)
-    ]
-    ledger = Ledger()
-    try:
-        for proc in procs:
-            await proc.wait_ready()
-        async with reading(collector):
-            load = asyncio.create_task(steady_load(ledger, client, topic, extra=extra))
-            await asyncio.sleep(2.0)
-            await fault(procs)
-            await load
-        result = await settle(name, ledger, collector, client, redis)
-    finally:
-        for proc in procs:
-            proc.kill()
-    return result, ledger
-
-
-@contextlib.asynccontextmanager
-async def reading(collector: Collector) -> AsyncIterator[None]:
-    """Keep reading Kafka meanwhile, so that lateness is measured when records arrive.
-    Stopped between two polls rather than cancelled, so no fetch is cut off midway."""
-    done = asyncio.Event()
-
-    async def poll_until_done() -> None:
-        while not done.is_set():
-            await collector.poll()
-
-    task = asyncio.create_task(poll_until_done())
-    try:
-        yield
-    finally:
-        done.set()
-        await task
 
 
 async def test_sigkill_a_node_mid_dispatch(
@@ -193,10 +43,10 @@ async def test_sigkill_a_node_mid_dispatch(
     collector: Collector,
     tmp_path: Path,
 ) -> None:
-    async def fault(procs: list[NodeProcess]) -> None:
-        procs[0].signal(signal.SIGKILL)
+    async def fault(run: Run) -> None:
+        run.procs[0].signal(signal.SIGKILL)
 
-    result, ledger = await scenario(
+    result, ledger, _ = await scenario(
         "sigkill-node", settings, client, redis, topic, collector, tmp_path, fault
     )
     assert_safe(result, ledger)
@@ -210,10 +60,10 @@ async def test_flushall(
     collector: Collector,
     tmp_path: Path,
 ) -> None:
-    async def fault(procs: list[NodeProcess]) -> None:
+    async def fault(run: Run) -> None:
         await redis.flushall()
 
-    result, ledger = await scenario(
+    result, ledger, _ = await scenario(
         "flushall", settings, client, redis, topic, collector, tmp_path, fault
     )
     assert_safe(result, ledger)
@@ -230,7 +80,7 @@ async def test_redis_restarted_without_persistence(
     """Redis dies and comes back empty (its AOF deleted): the lost owner keys fence the
     nodes, which take their slots again and re-add the pending jobs from MySQL."""
 
-    async def fault(procs: list[NodeProcess]) -> None:
+    async def fault(run: Run) -> None:
         pid = stack.service_pid("redis")
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
@@ -238,7 +88,7 @@ async def test_redis_restarted_without_persistence(
         shutil.rmtree(stack.state_dir() / "redis" / "appendonlydir", ignore_errors=True)
         await asyncio.to_thread(stack.up)
 
-    result, ledger = await scenario(
+    result, ledger, _ = await scenario(
         "redis-restart-empty", settings, client, redis, topic, collector, tmp_path, fault
     )
     assert_safe(result, ledger)
@@ -313,12 +163,12 @@ async def test_broker_unreachable_for_10_s(
     pid = stack.service_pid("kafka")
     assert pid is not None
 
-    async def fault(procs: list[NodeProcess]) -> None:
+    async def fault(run: Run) -> None:
         os.kill(pid, signal.SIGKILL)
         await asyncio.sleep(10)
         await asyncio.to_thread(stack.up)  # starts what does not run: the broker
 
-    result, ledger = await scenario(
+    result, ledger, _ = await scenario(
         "broker-down-10s", settings, client, redis, topic, collector, tmp_path, fault
     )
     assert_safe(result, ledger)
@@ -336,10 +186,10 @@ async def test_mysql_down_for_10_s(
     """schedule() fails with StoreUnavailable and writes nothing; firing goes on and the
     outcomes are recorded when MySQL is back."""
 
-    async def fault(procs: list[NodeProcess]) -> None:
+    async def fault(run: Run) -> None:
         await down_for("mysql", 10)
 
-    result, ledger = await scenario(
+    result, ledger, _ = await scenario(
         "mysql-down-10s", settings, client, redis, topic, collector, tmp_path, fault
     )
     assert_safe(result, ledger)
@@ -354,10 +204,10 @@ async def test_zookeeper_down_for_10_s(
     collector: Collector,
     tmp_path: Path,
 ) -> None:
-    async def fault(procs: list[NodeProcess]) -> None:
+    async def fault(run: Run) -> None:
         await down_for("zookeeper", 10)
 
-    result, ledger = await scenario(
+    result, ledger, _ = await scenario(
         "zookeeper-down-10s", settings, client, redis, topic, collector, tmp_path, fault
     )
     assert_safe(result, ledger)
@@ -374,14 +224,14 @@ async def test_a_node_whose_zookeeper_session_expires(
     """A node freezes (SIGSTOP) past its 3 s session timeout: the other node takes its
     slots, fenced by new epochs; it wakes up, finds its session gone and rejoins."""
 
-    async def fault(procs: list[NodeProcess]) -> None:
-        procs[0].signal(signal.SIGSTOP)
+    async def fault(run: Run) -> None:
+        run.procs[0].signal(signal.SIGSTOP)
         try:
             await asyncio.sleep(6.5)
         finally:
-            procs[0].signal(signal.SIGCONT)
+            run.procs[0].signal(signal.SIGCONT)
 
-    result, ledger = await scenario(
+    result, ledger, _ = await scenario(
         "zk-session-expired", settings, client, redis, topic, collector, tmp_path, fault
     )
     assert_safe(result, ledger)
@@ -404,10 +254,10 @@ async def test_poison_jobs_go_dead_and_the_rest_fire(
         poisoned += 1
         return [{"topic": topic, "payload": "x" * 30_000, "delay": 0.5, "max_attempts": 2}]
 
-    async def fault(procs: list[NodeProcess]) -> None:
+    async def fault(run: Run) -> None:
         return None
 
-    result, ledger = await scenario(
+    result, ledger, _ = await scenario(
         "poison-jobs",
         settings,
         client,
@@ -433,10 +283,10 @@ async def test_node_clock_an_hour_ahead(
     collector: Collector,
     tmp_path: Path,
 ) -> None:
-    async def fault(procs: list[NodeProcess]) -> None:
+    async def fault(run: Run) -> None:
         return None
 
-    result, ledger = await scenario(
+    result, ledger, _ = await scenario(
         "clock-1h-ahead",
         settings,
         client,
@@ -449,39 +299,6 @@ async def test_node_clock_an_hour_ahead(
         node_env={"DELAYQ_CLOCK_OFFSET_MS": "3600000"},
     )
     assert_safe(result, ledger)
-
-
-async def crash_at(
-    failpoint: str,
-    name: str,
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-    node_env: dict[str, str] | None = None,
-) -> tuple[Verdict, Ledger]:
-    """A node (with node_env) dies at `failpoint` under load; a second node (node_env,
-    started when the first died) takes over. Settled and judged as `name`."""
-    env = node_env or {}
-    crashing = NodeProcess(settings, tmp_path, "crashing", {**env, "DELAYQ_FAILPOINT": failpoint})
-    ledger = Ledger()
-    survivor: NodeProcess | None = None
-    try:
-        await crashing.wait_ready()
-        async with reading(collector):
-            load = asyncio.create_task(steady_load(ledger, client, topic, seconds=4.0))
-            assert await crashing.wait_exit() == EXIT_CODE
-            survivor = NodeProcess(settings, tmp_path, "survivor", env)
-            await survivor.wait_ready()
-            await load
-        result = await settle(name, ledger, collector, client, redis)
-    finally:
-        crashing.kill()
-        if survivor is not None:
-            survivor.kill()
-    return result, ledger
 
 
 @pytest.mark.parametrize("failpoint", NAMES)

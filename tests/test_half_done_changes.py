@@ -30,6 +30,7 @@ from cluster.connections.redis_conn import RedisClient
 from cluster.model.keys import slot_of
 from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
+from tests.faults.stores import in_redis
 from tests.forwarder import Forwarder, free_port
 from tests.mysql_tools import mysql_ports, through_ports
 from tests.test_web import TOKENS, serving
@@ -178,11 +179,6 @@ async def running_node(settings: Settings) -> AsyncIterator[Tombstones]:
         await node.stop()
 
 
-async def in_redis(redis: RedisClient, client: DelayClient, job_id: str) -> bool:
-    k = client.keys.slot(slot_of(job_id, client.settings.slots))
-    return bool(await redis.hexists(k.jobs, job_id))
-
-
 async def test_a_cancel_whose_update_never_reached_mysql_is_put_back_by_the_node(
     settings: Settings, redis: RedisClient, topic: str, collector: Collector
 ) -> None:
@@ -197,7 +193,7 @@ async def test_a_cancel_whose_update_never_reached_mysql_is_put_back_by_the_node
             await client.cancel(job_id)
         assert caught.value.job_ids == [job_id]
         assert gate.done.is_set()
-        assert not await in_redis(redis, client, job_id)  # removed by the Redis step
+        assert not await in_redis(redis, client.settings, job_id)  # removed by the Redis step
         row = await client.get(job_id)
         assert row is not None and row.status == JobStatus.PENDING
         [record] = await collector.until(1, timeout_s=60)
@@ -233,7 +229,7 @@ async def test_a_cancel_whose_answer_was_lost_is_not_undone(
         assert await wait_for(judged, timeout_s=30)
         assert await collector.quiet_for(3.0) == []
         assert tombstones.restored_total == 0
-        assert not await in_redis(redis, client, job_id)
+        assert not await in_redis(redis, client.settings, job_id)
         assert await client.cancel(job_id)
 
 
@@ -248,7 +244,7 @@ async def test_a_cancel_while_mysql_is_unreachable_changes_nothing(
         await asyncio.sleep(0.2)  # the pool sees its connections closed
         with pytest.raises(StoreUnavailable, match="was not cancelled"):
             await client.cancel(job_id)
-        assert await in_redis(redis, client, job_id)
+        assert await in_redis(redis, client.settings, job_id)
         [record] = await collector.until(1, timeout_s=30)
         assert record["job_id"] == job_id
 
@@ -269,9 +265,9 @@ async def test_a_cancel_whose_update_lands_after_the_restore_cancels_again(
 
         assert await wait_for(restored, timeout_s=30)
         assert not gate.done.is_set() and not cancel.done()  # the UPDATE is still held
-        assert await in_redis(redis, client, job_id)
+        assert await in_redis(redis, client.settings, job_id)
         assert await cancel
-        assert not await in_redis(redis, client, job_id)
+        assert not await in_redis(redis, client.settings, job_id)
         row = await client.get(job_id)
         assert row is not None and row.status == JobStatus.CANCELLED
         assert row.due_ms > time.time() * 1000  # not due yet: the quiet below covers it

@@ -12,9 +12,9 @@ from actors.reconcile_passes import reconcile
 from cluster import DelayClient, Job, JobStatus
 from cluster.connections.redis_conn import RedisClient
 from cluster.errors import ConfigError
-from cluster.model.keys import slot_of
 from cluster.settings.config import Settings
 from tests.conftest import Collector
+from tests.faults.stores import in_redis
 
 # Loads every 0.5 s the jobs due within 1 s; a job due >= 2 s ahead skips Redis. The
 # payload lead can be at most half the horizon.
@@ -26,13 +26,6 @@ def tiered(settings: Settings) -> Settings:
     return settings.replace(redis_horizon_ms=HORIZON_MS, payload_lead_ms=HORIZON_MS // 2)
 
 
-async def in_redis(settings: Settings, redis: RedisClient, job_id: str) -> bool:
-    from cluster.model.keys import KeySpace
-
-    keys = KeySpace(settings.key_prefix).slot(slot_of(job_id, settings.slots))
-    return bool(await redis.hexists(keys.jobs, job_id))
-
-
 def test_horizon_below_one_second_is_refused(settings: Settings) -> None:
     with pytest.raises(ConfigError, match="redis_horizon_ms"):
         settings.replace(redis_horizon_ms=999)
@@ -41,8 +34,8 @@ def test_horizon_below_one_second_is_refused(settings: Settings) -> None:
 async def test_far_jobs_are_written_to_mysql_only(tiered: Settings, redis: RedisClient) -> None:
     async with DelayClient(tiered) as client:
         near, far = await client.schedule_many([Job("t", 1, delay=0.5), Job("t", 2, delay=60)])
-        assert await in_redis(tiered, redis, near)
-        assert not await in_redis(tiered, redis, far)
+        assert await in_redis(redis, tiered, near)
+        assert not await in_redis(redis, tiered, far)
         record = await client.get(far)
         assert record is not None and record.status == JobStatus.PENDING
 
@@ -57,7 +50,7 @@ async def test_node_loads_far_jobs_and_fires_each_once_never_early(
             ids = await client.schedule_many(
                 [Job(topic, i, delay=2.5 + (i % 20) / 10) for i in range(300)]
             )
-            assert not any([await in_redis(tiered, redis, job_id) for job_id in ids])
+            assert not any([await in_redis(redis, tiered, job_id) for job_id in ids])
             records = await collector.until(300, timeout_s=60)
             await collector.quiet_for(1.0)
     finally:
@@ -72,7 +65,7 @@ async def test_a_node_taking_slots_loads_the_jobs_already_near(
 ) -> None:
     async with DelayClient(tiered) as client:
         ids = await client.schedule_many([Job(topic, i, delay=2.2) for i in range(50)])
-        assert not any([await in_redis(tiered, redis, job_id) for job_id in ids])
+        assert not any([await in_redis(redis, tiered, job_id) for job_id in ids])
         node = Node(tiered)
         await node.start()
         try:
@@ -120,4 +113,4 @@ async def test_reconcile_loads_exactly_the_rows_due_in_its_window(
             tiered, client.mysql, client.scripts, slots, since_ms=dues[3], until_ms=dues[7]
         )
     assert (first.readded, second.readded) == (3, 4)
-    assert [await in_redis(tiered, redis, job_id) for job_id in ids] == [True] * 7 + [False] * 3
+    assert [await in_redis(redis, tiered, job_id) for job_id in ids] == [True] * 7 + [False] * 3

@@ -1,11 +1,11 @@
-"""Kafka fault scenarios: two real node processes fire a steady load (tests/test_faults.py's:
+"""Kafka fault scenarios: two real node processes fire a steady load (tests/faults/load.py's:
 500 jobs/s due 0.3-2 s ahead) into a topic of a private three-broker Apache Kafka cluster
 (tests/kafka_cluster.py: replication factor 3, min.insync.replicas 2) while a broker is
 killed -9, stopped for 30 s, frozen for 10 s, or two of the three are stopped for 20 s
 (the controller quorum and the in-sync replicas lose their majority); and the same load
 without a fault, as the baseline.
 
-Each scenario checks what the fault suite checks (tests/checker.py: nothing lost, none
+Each scenario checks what the fault suite checks (tests/faults/verdict.py: nothing lost, none
 early, no cancelled job fired, MySQL and Redis agree), that no job is recorded fired in
 MySQL or marked acked in Redis without its record in Kafka, and that both nodes still
 run at the end. It measures how long a partition received nothing, the worst lateness
@@ -42,15 +42,16 @@ from cluster.connections.redis_conn import RedisClient
 from cluster.devstack import stack
 from cluster.model.envelope import murmur2, partition_of
 from cluster.settings.config import Settings
-from tests.checker import Ledger, Verdict, verdict
 from tests.conftest import Collector
+from tests.faults.load import PER_TICK, TICK_S
+from tests.faults.settle import settle, write_row
+from tests.faults.verdict import Ledger, Verdict, assert_safe
 from tests.kafka_cluster import (  # the fixture kafka_cluster
     PARTITIONS,
     KafkaCluster,
     kafka_cluster_fixture,  # noqa: F401
 )
 from tests.processes import NodeProcess
-from tests.test_faults import PER_TICK, RESULTS, TICK_S, assert_safe
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -111,7 +112,7 @@ class Reader:
         self._task = asyncio.create_task(self._run())
         try:
             yield self
-        finally:  # stopped between two polls: see tests/test_faults.py's reading()
+        finally:  # stopped between two polls: see tests/faults/load.py's reading()
             self._done.set()
             await self._task
 
@@ -119,7 +120,7 @@ class Reader:
 async def load_until(
     ledger: Ledger, client: DelayClient, topic: str, stop: asyncio.Event, errors: list[str]
 ) -> None:
-    """tests/test_faults.py's steady load (PER_TICK jobs every TICK_S, due 0.3-2 s
+    """tests/faults/load.py's steady load (PER_TICK jobs every TICK_S, due 0.3-2 s
     ahead) until `stop` is set; what a failed call raised goes to `errors`."""
     rng = random.Random(3)
     tick = 0
@@ -139,32 +140,6 @@ async def load_until(
         tick += 1
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), TICK_S)
-
-
-async def settle(
-    ledger: Ledger, reader: Reader, client: DelayClient, redis: RedisClient
-) -> Verdict:
-    """tests/test_faults.py's settle, while the reader goes on polling (a verdict takes
-    a second or two, which would otherwise count as the last records' lateness): wait
-    until nothing is lost, pending or firing and the stores agree (or
-    SETTLE_TIMEOUT_S), then 1 s more for records that should not come, then judge."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    while time.monotonic() < deadline:
-        try:
-            result = await verdict(ledger, reader.collector.records, client, redis)
-        except Exception:
-            await asyncio.sleep(0.5)
-            continue
-        if not result.lost and not result.violations and not result.unfinished:
-            break
-        await asyncio.sleep(0.5)
-    await asyncio.sleep(1.0)
-    for _ in range(3):  # a pooled connection may be stale once: ask again
-        try:
-            return await verdict(ledger, reader.collector.records, client, redis)
-        except Exception:
-            await asyncio.sleep(1.0)
-    return await verdict(ledger, reader.collector.records, client, redis)
 
 
 def after_healing(records: list[dict[str, Any]], healed_ms: float) -> dict[str, float]:
@@ -304,7 +279,18 @@ async def kafka_scenario(
                 stop.set()
                 await load
             load_done = time.monotonic()
-            result = await settle(ledger, reader, client, redis)
+            # The reader goes on polling (a verdict takes a second or two, which would
+            # otherwise count as the last records' lateness); the row is this module's.
+            result = await settle(
+                None,
+                ledger,
+                collector,
+                client,
+                redis,
+                SETTLE_TIMEOUT_S,
+                reader_polls=True,
+                final_tries=4,
+            )
             settle_s = time.monotonic() - load_done
         exited = {proc.name: proc.returncode for proc in procs if proc.returncode is not None}
         pids_after = shared_pids()
@@ -360,9 +346,7 @@ async def kafka_scenario(
         print(f"  collector: {error}")
     for error in schedule_errors[:3]:
         print(f"  schedule_many: {error}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("ab") as out:
-        out.write(orjson.dumps(row) + b"\n")
+    write_row(row)
     assert not exited, f"nodes exited: {exited}"
     return Outcome(result, ledger, row)
 

@@ -21,6 +21,7 @@ from cluster.model.contract import member_id
 from cluster.model.keys import KeySpace, slot_of
 from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
+from tests.faults.stores import in_redis
 from tests.forwarder import forwarder, free_port
 
 
@@ -37,11 +38,6 @@ async def lose(settings: Settings, redis: RedisClient, job_ids: list[str]) -> No
         await redis.hdel(
             k.jobs, *[job_id for job_id in job_ids if slot_of(job_id, settings.slots) == slot]
         )
-
-
-async def in_redis(settings: Settings, redis: RedisClient, job_id: str) -> bool:
-    keys = KeySpace(settings.key_prefix).slot(slot_of(job_id, settings.slots))
-    return bool(await redis.hexists(keys.jobs, job_id))
 
 
 def test_new_settings_are_validated(redis_settings: Settings) -> None:
@@ -81,10 +77,10 @@ async def test_recent_pass_readds_only_lost_waiting_jobs(
     )
 
     assert (result.examined, result.readded) == (31, 30)  # lost + kept; fired is not pending
-    assert all([await in_redis(settings, redis, job_id) for job_id in [*lost, kept]])
-    assert not await in_redis(settings, redis, cancelled)
-    assert not await in_redis(settings, redis, fired)
-    assert not await in_redis(settings, redis, far)
+    assert all([await in_redis(redis, settings, job_id) for job_id in [*lost, kept]])
+    assert not await in_redis(redis, settings, cancelled)
+    assert not await in_redis(redis, settings, fired)
+    assert not await in_redis(redis, settings, far)
     # Rows created before the window are not looked at; a second pass adds nothing.
     await lose(settings, redis, lost[:5])
     later = await reconcile_recent(
@@ -148,7 +144,7 @@ async def test_jobs_lost_while_the_node_was_cut_off_from_redis_fire_within_secon
             await link.cut()
             # While the node cannot reach Redis, the jobs' Redis state is lost.
             await lose(settings, redis, ids)
-            assert not any([await in_redis(settings, redis, job_id) for job_id in ids])
+            assert not any([await in_redis(redis, settings, job_id) for job_id in ids])
             await asyncio.sleep(settings.recent_reconcile_ms / 1000 * 2)  # the watch sees it
             await link.open()
             records = await collector.until(50, timeout_s=60)

@@ -12,6 +12,7 @@ from cluster.model.keys import slot_of
 from cluster.scripts.facade import NewJob
 from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
+from tests.faults.stores import in_redis
 
 
 async def delete_prefix(redis: RedisClient, prefix: str) -> None:
@@ -20,11 +21,6 @@ async def delete_prefix(redis: RedisClient, prefix: str) -> None:
     keys = [key async for key in redis.scan_iter(match=f"{{{prefix}:*", count=1000)]
     for key in keys:
         await redis.delete(key)
-
-
-async def in_redis(client: DelayClient, redis: RedisClient, job_id: str) -> bool:
-    keys = client.keys.slot(slot_of(job_id, client.settings.slots))
-    return bool(await redis.hexists(keys.jobs, job_id))
 
 
 async def test_reconcile_readds_lost_pending_jobs_only(
@@ -41,9 +37,9 @@ async def test_reconcile_readds_lost_pending_jobs_only(
     result = await reconcile(settings, client.mysql, client.scripts, range(settings.slots))
 
     assert result.readded == 50
-    assert all([await in_redis(client, redis, job_id) for job_id in pending])
-    assert not await in_redis(client, redis, cancelled)
-    assert not await in_redis(client, redis, fired)
+    assert all([await in_redis(redis, client.settings, job_id) for job_id in pending])
+    assert not await in_redis(redis, client.settings, cancelled)
+    assert not await in_redis(redis, client.settings, fired)
     # A second pass finds everything in place and changes nothing.
     again = await reconcile(settings, client.mysql, client.scripts, range(settings.slots))
     assert (again.examined, again.readded) == (50, 0)
@@ -57,7 +53,7 @@ async def test_reconcile_does_not_bring_back_a_job_cancelled_after_the_loss(
     assert await client.cancel(job_id)  # Redis did not hold it: MySQL + tombstone
     result = await reconcile(settings, client.mysql, client.scripts, range(settings.slots))
     assert result.readded == 0
-    assert not await in_redis(client, redis, job_id)
+    assert not await in_redis(redis, client.settings, job_id)
 
 
 async def test_node_recovers_from_flushall(

@@ -1,5 +1,5 @@
-"""The fault suite's checker: what the clients were told, what came out of Kafka, and
-whether MySQL and Redis agree afterwards.
+"""The fault suite's verdict: what the clients were told (Ledger), what came out of
+Kafka, and whether MySQL and Redis agree afterwards (verdict, assert_safe).
 
 lost = ok-scheduled − ok-cancelled − fired − dead. A call whose outcome is unknown (it
 raised after possibly writing) is neither counted as scheduled nor as lost; a call that
@@ -195,3 +195,15 @@ async def all_rows(client: DelayClient) -> dict[str, JobStatus]:
         ):
             rows[job_id] = JobStatus(status)
     return rows
+
+
+def assert_safe(result: Verdict, ledger: Ledger) -> None:
+    """What every fault scenario holds to: nothing lost, none early, no cancelled job
+    fired, none at its old time after a reschedule, the stores agree, and nothing fired
+    or stored that no call could have scheduled."""
+    assert result.lost == []
+    assert result.early == 0
+    assert result.cancelled_but_fired == []
+    assert result.fired_at_old_time == []
+    assert result.violations == []
+    assert result.unexpected <= ledger.schedule_unknown

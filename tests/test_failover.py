@@ -27,14 +27,26 @@ from redis.asyncio import Redis
 
 from cluster import DelayClient
 from cluster.connections.redis_conn import RedisClient
-from cluster.devstack import stack
 from cluster.devstack.service import HOST
 from cluster.settings.config import Settings
 from tests.conftest import Collector
 from tests.faults.load import reading
+from tests.faults.redis_cluster import (  # the fixture healthy_cluster
+    cluster_healthy,
+    cluster_ports,
+    ensure_master,
+    healthy_cluster,
+    is_master,
+    pairs,
+    pid_of,
+    restart_node,
+    wait_until,
+)
 from tests.faults.settle import settle
 from tests.faults.verdict import Ledger, Verdict, assert_safe
 from tests.processes import NodeProcess
+
+__all__ = ["healthy_cluster"]  # a fixture of tests/faults/redis_cluster.py
 
 pytestmark = [
     pytest.mark.slow,
@@ -49,85 +61,6 @@ LOAD_S = 8.0
 TICK_S = 0.1
 PER_TICK = 40  # 400 jobs/s, plus cancels and reschedules
 CHANGES_PER_TICK = 4
-
-
-def cluster_ports() -> list[int]:
-    return [svc.port for svc in stack.services() if svc.name.startswith("redis-c")]
-
-
-async def replication(port: int) -> dict[str, object] | None:
-    """INFO replication of one cluster node, or None when it does not answer."""
-    redis = Redis(host=HOST, port=port, socket_timeout=1, socket_connect_timeout=1)
-    try:
-        return dict(await redis.info("replication"))
-    except Exception:
-        return None
-    finally:
-        await redis.aclose()
-
-
-async def pairs() -> list[tuple[int, int]]:
-    """(master port, port of its connected replica) for every master that has one."""
-    found = []
-    for port in cluster_ports():
-        info = await replication(port)
-        if info is None or info.get("role") != "master":
-            continue
-        replica = info.get("slave0")
-        if isinstance(replica, dict) and replica.get("state") == "online":
-            found.append((port, int(replica["port"])))
-    return found
-
-
-async def wait_until(
-    predicate: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 60
-) -> float:
-    """Poll until predicate() holds; returns the time.time() it was first seen."""
-    deadline = time.monotonic() + timeout_s
-    while not await predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
-    return time.time()
-
-
-async def cluster_healthy() -> bool:
-    """Three masters, each with an online replica, and every node says cluster_state:ok."""
-    if len(await pairs()) != 3:
-        return False
-    for port in cluster_ports():
-        redis = Redis(host=HOST, port=port, socket_timeout=1)
-        try:
-            if "cluster_state:ok" not in (await redis.execute_command("CLUSTER", "INFO")).decode():
-                return False
-        except Exception:
-            return False
-        finally:
-            await redis.aclose()
-    return True
-
-
-async def is_master(port: int) -> bool:
-    info = await replication(port)
-    return info is not None and info.get("role") == "master"
-
-
-async def ensure_master(port: int) -> None:
-    """Make the node on `port` a master again (a graceful failover onto it)."""
-    if await is_master(port):
-        return
-    redis = Redis(host=HOST, port=port)
-    try:
-        await redis.execute_command("CLUSTER", "FAILOVER")
-    finally:
-        await redis.aclose()
-    await wait_until(lambda: is_master(port), f"{port} to become master")
-    await wait_until(cluster_healthy, "the cluster to be healthy")
-
-
-async def restart_node(port: int) -> None:
-    """Start a killed cluster node again (it rejoins as its successor's replica)."""
-    await asyncio.to_thread(stack.up)
-    await wait_until(cluster_healthy, "the old master back as a replica", 90)
 
 
 async def failover_scenario(
@@ -209,15 +142,6 @@ def assert_no_duplicate_if_exactly_once(mode: str, result: Verdict) -> None:
         assert result.duplicates == 0
 
 
-@pytest.fixture
-async def healthy_cluster() -> AsyncIterator[None]:
-    await wait_until(cluster_healthy, "the cluster to be healthy", 90)
-    yield
-    # Leave the next test a healthy cluster whatever happened here.
-    await asyncio.to_thread(stack.up)
-    await wait_until(cluster_healthy, "the cluster to be healthy", 90)
-
-
 async def test_graceful_failover(
     settings: Settings,
     redis: RedisClient,
@@ -251,7 +175,7 @@ async def test_kill_the_seed_master(
     async def fault() -> None:
         replica = dict(await pairs())[seed]
         killed = time.time()
-        os.kill(_pid_of(seed), signal.SIGKILL)
+        os.kill(pid_of(seed), signal.SIGKILL)
         promoted = await wait_until(lambda: is_master(replica), "the replica to be promoted")
         print(f"\n[failover-kill-seed] replica promoted {promoted - killed:.1f} s after the kill")
         await restart_node(seed)
@@ -278,7 +202,7 @@ async def test_lossy_failover(
 
     async def fault() -> None:
         master, replica = (await pairs())[0]
-        replica_pid = _pid_of(replica)
+        replica_pid = pid_of(replica)
         os.kill(replica_pid, signal.SIGSTOP)
         try:
             admin = Redis(host=HOST, port=master)
@@ -288,7 +212,7 @@ async def test_lossy_failover(
                 await admin.aclose()
             await asyncio.sleep(1.0)  # writes only the master has
             killed = time.time()
-            os.kill(_pid_of(master), signal.SIGKILL)
+            os.kill(pid_of(master), signal.SIGKILL)
         finally:
             os.kill(replica_pid, signal.SIGCONT)
         promoted = await wait_until(
@@ -303,12 +227,3 @@ async def test_lossy_failover(
     )
     assert_safe(result, ledger)
     assert_no_duplicate_if_exactly_once(mode, result)
-
-
-def _pid_of(port: int) -> int:
-    for svc in stack.services():
-        if svc.port == port:
-            pid = stack.service_pid(svc.name)
-            assert pid is not None, f"{svc.name} is not running"
-            return pid
-    raise AssertionError(f"no cluster node on port {port}")

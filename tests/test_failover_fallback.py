@@ -30,11 +30,11 @@ from cluster.devstack.service import HOST
 from cluster.model.changes import CancelResult
 from cluster.model.keys import slot_of
 from cluster.settings.config import Settings
-from tests.test_failover import (  # the fixture healthy_cluster
-    _pid_of,
+from tests.faults.redis_cluster import (  # the fixture healthy_cluster
     healthy_cluster,  # noqa: F401
     is_master,
     pairs,
+    pid_of,
     restart_node,
     wait_until,
 )
@@ -88,7 +88,7 @@ async def test_cancels_after_a_hard_failover(settings: Settings) -> None:
         jobs = [await raising.schedule("t", {"n": n}, delay=120) for n in range(JOBS)]
         master, replica = (await pairs())[0]
         killed = time.time()
-        os.kill(_pid_of(master), signal.SIGKILL)
+        os.kill(pid_of(master), signal.SIGKILL)
         promoted = await wait_until(lambda: is_master(replica), "the replica to be promoted")
         print(f"\n[fallback] replica {replica} promoted {promoted - killed:.1f} s after the kill")
         served = await slots_of(replica)

@@ -33,22 +33,22 @@ from cluster.devstack import stack
 from cluster.settings.config import Settings
 from tests.conftest import Collector
 from tests.faults.load import reading
-from tests.faults.settle import settle
-from tests.faults.verdict import Ledger, Verdict, assert_safe
-from tests.processes import NodeProcess
-from tests.test_failover import (
-    _pid_of,
+from tests.faults.redis_cluster import (
     cluster_ports,
     ensure_master,
     healthy_cluster,
     is_master,
     pairs,
+    pid_of,
     restart_node,
     wait_until,
 )
+from tests.faults.settle import settle
+from tests.faults.verdict import Ledger, Verdict, assert_safe
+from tests.processes import NodeProcess
 
 pytestmark = [pytest.mark.slow]
-__all__ = ["healthy_cluster"]  # a fixture of the failover scenarios, used here too
+__all__ = ["healthy_cluster"]  # a fixture of tests/faults/redis_cluster.py
 
 TICK_S = 0.1
 PER_TICK = 30  # jobs due soon: the steady load
@@ -338,7 +338,7 @@ async def test_seed_master_killed_while_cancels_run(
 
     async def fault() -> None:
         replica = dict(await pairs())[seed]
-        os.kill(_pid_of(seed), signal.SIGKILL)
+        os.kill(pid_of(seed), signal.SIGKILL)
         await wait_until(lambda: is_master(replica), "the replica to be promoted")
         await restart_node(seed)
 

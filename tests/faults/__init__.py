@@ -14,4 +14,6 @@ correctness benchmarks share.
 - timing.py: spread_s, lateness and longest_pause_s (read from fired records).
 - private.py: PrivateStack (a `delayq services` stack of a module's own), gone, and
   the fixture factories for its private_env, settings and redis fixtures.
+- redis_cluster.py: the shared stack's Redis Cluster with replicas, as the failover
+  scenarios use it (its nodes and masters, its health, the fixture healthy_cluster).
 """

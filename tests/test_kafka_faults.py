@@ -22,14 +22,12 @@ add one to DELIVERIES.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
-import random
 import re
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,13 +35,13 @@ from typing import Any
 import orjson
 import pytest
 
-from cluster import DelayClient, StoreUnavailable
+from cluster import DelayClient
 from cluster.connections.redis_conn import RedisClient
 from cluster.devstack import stack
 from cluster.model.envelope import murmur2, partition_of
 from cluster.settings.config import Settings
 from tests.conftest import Collector
-from tests.faults.load import PER_TICK, TICK_S
+from tests.faults.load import reading, steady_load
 from tests.faults.settle import settle, write_row
 from tests.faults.verdict import Ledger, Verdict, assert_safe
 from tests.kafka_cluster import (  # the fixture kafka_cluster
@@ -87,59 +85,6 @@ DELIVERIES = [
 
 def make_collector(settings: Settings, topic: str, options: dict[str, Any]) -> Collector:
     return Collector(settings, topic, **options)
-
-
-class Reader:
-    """Polls the collector until stopped, so that lateness is measured as records
-    arrive; its errors (brokers down) are kept, not raised."""
-
-    def __init__(self, collector: Collector) -> None:
-        self.collector = collector
-        self.errors: list[str] = []
-        self._done = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    async def _run(self) -> None:
-        while not self._done.is_set():
-            try:
-                await self.collector.poll()
-            except Exception as exc:
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-                await asyncio.sleep(0.5)
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[Reader]:
-        self._task = asyncio.create_task(self._run())
-        try:
-            yield self
-        finally:  # stopped between two polls: see tests/faults/load.py's reading()
-            self._done.set()
-            await self._task
-
-
-async def load_until(
-    ledger: Ledger, client: DelayClient, topic: str, stop: asyncio.Event, errors: list[str]
-) -> None:
-    """tests/faults/load.py's steady load (PER_TICK jobs every TICK_S, due 0.3-2 s
-    ahead) until `stop` is set; what a failed call raised goes to `errors`."""
-    rng = random.Random(3)
-    tick = 0
-    while not stop.is_set():
-        jobs = [
-            {"topic": topic, "payload": {"tick": tick, "n": n}, "delay": rng.uniform(0.3, 2.0)}
-            for n in range(PER_TICK)
-        ]
-        try:
-            ledger.scheduled.update(await client.schedule_many(jobs))
-        except StoreUnavailable as exc:  # as Ledger.schedule_many counts them
-            ledger.schedule_failed += len(jobs)
-            errors.append(f"{type(exc).__name__}: {exc}")
-        except Exception as exc:
-            ledger.schedule_unknown += len(jobs)
-            errors.append(f"{type(exc).__name__}: {exc}")
-        tick += 1
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), TICK_S)
 
 
 def after_healing(records: list[dict[str, Any]], healed_ms: float) -> dict[str, float]:
@@ -256,15 +201,17 @@ async def kafka_scenario(
     procs: list[NodeProcess] = []
     ledger = Ledger()
     schedule_errors: list[str] = []
+    collector_errors: list[str] = []
     try:
         await collector.start()
         procs = [NodeProcess(ours, tmp_path, f"{name}-{i}", delivery.node_env) for i in range(2)]
         for proc in procs:
             await proc.wait_ready()
-        reader = Reader(collector)
-        async with reader.running():
+        async with reading(collector, collector_errors):
             stop = asyncio.Event()
-            load = asyncio.create_task(load_until(ledger, client, topic, stop, schedule_errors))
+            load = asyncio.create_task(
+                steady_load(ledger, client, topic, stop=stop, errors=schedule_errors)
+            )
             try:
                 await asyncio.sleep(LEAD_S)
                 controller = cluster.active_controller()
@@ -279,7 +226,7 @@ async def kafka_scenario(
                 stop.set()
                 await load
             load_done = time.monotonic()
-            # The reader goes on polling (a verdict takes a second or two, which would
+            # reading() goes on polling (a verdict takes a second or two, which would
             # otherwise count as the last records' lateness); the row is this module's.
             result = await settle(
                 None,
@@ -321,7 +268,7 @@ async def kafka_scenario(
         "node_log_problems": sum(len(lines) for lines in problems.values()),
         "broker_log_errors": sum(len(lines) for lines in new_errors.values()),
         "aiokafka_warnings": len(aiokafka_warnings),
-        "collector_errors": len(reader.errors),
+        "collector_errors": len(collector_errors),
         "shared_stack_restarted": [n for n in SHARED_SERVICES if pids_before[n] != pids_after[n]],
     }
     print(f"\n[kafka-{name} / {delivery.name}] {row}")
@@ -342,7 +289,7 @@ async def kafka_scenario(
             print(f"  {broker}: {count} x {kind}")
     for message in sorted(set(aiokafka_warnings))[:5]:
         print(f"  aiokafka: {message}")
-    for error in reader.errors[:3]:
+    for error in collector_errors[:3]:
         print(f"  collector: {error}")
     for error in schedule_errors[:3]:
         print(f"  schedule_many: {error}")

@@ -56,17 +56,26 @@ class Ledger:
         if changed:
             self.rescheduled[job_id] = due_ms
 
-    async def schedule_many(self, client: DelayClient, jobs: list[dict[str, Any]]) -> None:
+    async def schedule_many(
+        self, client: DelayClient, jobs: list[dict[str, Any]], errors: list[str] | None = None
+    ) -> None:
+        """schedule_many, its outcome counted; what it raised goes to `errors` if given."""
         try:
             self.scheduled.update(await client.schedule_many(jobs))
+            return
         except ScheduleIncomplete as exc:  # jobs over several MySQL servers: each named
             self.scheduled.update(exc.scheduled)
             self.schedule_failed += len(exc.not_scheduled)
             self.schedule_unknown += len(exc.unknown)
-        except StoreUnavailable:
+            raised: Exception = exc
+        except StoreUnavailable as exc:
             self.schedule_failed += len(jobs)
-        except Exception:
+            raised = exc
+        except Exception as exc:
             self.schedule_unknown += len(jobs)
+            raised = exc
+        if errors is not None:
+            errors.append(f"{type(raised).__name__}: {raised}")
 
 
 @dataclass

@@ -10,7 +10,6 @@ benchmarks/results/faults.jsonl is named "eos-…".
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
 from collections import Counter
@@ -26,11 +25,10 @@ from actors.transactions import transactional_id
 from cluster import DelayClient, Job
 from cluster.connections.kafka_conn import make_admin, make_consumer, start_client
 from cluster.connections.redis_conn import RedisClient
-from cluster.devstack import stack
 from cluster.errors import ConfigError
 from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
-from tests.faults.scenario import Run, crash_at, scenario
+from tests.faults.scenario import Run, crash_at, down_for, scenario
 from tests.faults.verdict import Ledger, Verdict, assert_safe
 
 EXACTLY_ONCE = {"DELAYQ_DELIVERY": "exactly_once"}
@@ -149,11 +147,7 @@ async def freeze_a_node_past_its_session(run: Run) -> None:
 
 async def kill_the_broker(run: Run) -> None:
     """kill -9 of the broker mid-transaction; it restarts with its log 5 s later."""
-    pid = stack.service_pid("kafka")
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)
-    await asyncio.sleep(5)
-    await asyncio.to_thread(stack.up)
+    await down_for("kafka", 5, signal.SIGKILL)
 
 
 @pytest.mark.slow

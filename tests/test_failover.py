@@ -31,12 +31,13 @@ from cluster.devstack.service import HOST
 from cluster.settings.config import Settings
 from tests.conftest import Collector
 from tests.faults.load import reading
-from tests.faults.redis_cluster import (  # the fixture healthy_cluster
+from tests.faults.redis_cluster import (
     cluster_healthy,
     cluster_ports,
     ensure_master,
     healthy_cluster,
     is_master,
+    needs_replicas,  # the fixture healthy_cluster
     pairs,
     pid_of,
     restart_node,
@@ -51,10 +52,7 @@ __all__ = ["healthy_cluster"]  # a fixture of tests/faults/redis_cluster.py
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.failover,
-    pytest.mark.skipif(
-        os.environ.get("DELAYQ_TEST_REDIS_REPLICAS") != "1",
-        reason="needs the Redis Cluster with replicas (DELAYQ_TEST_REDIS_REPLICAS=1)",
-    ),
+    needs_replicas,
 ]
 
 LOAD_S = 8.0

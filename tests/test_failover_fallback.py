@@ -30,9 +30,10 @@ from cluster.devstack.service import HOST
 from cluster.model.changes import CancelResult
 from cluster.model.keys import slot_of
 from cluster.settings.config import Settings
-from tests.faults.redis_cluster import (  # the fixture healthy_cluster
+from tests.faults.redis_cluster import (
     healthy_cluster,  # noqa: F401
     is_master,
+    needs_replicas,  # the fixture healthy_cluster
     pairs,
     pid_of,
     restart_node,
@@ -42,10 +43,7 @@ from tests.faults.redis_cluster import (  # the fixture healthy_cluster
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.failover,
-    pytest.mark.skipif(
-        os.environ.get("DELAYQ_TEST_REDIS_REPLICAS") != "1",
-        reason="needs the Redis Cluster with replicas (DELAYQ_TEST_REDIS_REPLICAS=1)",
-    ),
+    needs_replicas,
 ]
 
 JOBS = 60

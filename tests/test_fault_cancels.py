@@ -38,6 +38,7 @@ from tests.faults.redis_cluster import (
     ensure_master,
     healthy_cluster,
     is_master,
+    needs_replicas,
     pairs,
     pid_of,
     restart_node,
@@ -282,10 +283,6 @@ async def test_mariadb_fails_while_cancels_run(
 
 
 # Redis Cluster failovers with cancels, on the cluster with a replica per master.
-needs_replicas = pytest.mark.skipif(
-    os.environ.get("DELAYQ_TEST_REDIS_REPLICAS") != "1",
-    reason="needs the Redis Cluster with replicas (DELAYQ_TEST_REDIS_REPLICAS=1)",
-)
 WAITING_FOR_A_REPLICA = {"DELAYQ_REDIS_WAIT_REPLICAS": "1"}
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -21,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from cluster import DelayClient
-from cluster.devstack import stack
 from cluster.settings.config import Settings
+from tests.faults.scenario import down_for
 from tests.processes import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -96,19 +95,11 @@ async def outage_log(node: NodeProcess, outage: Callable[[], Awaitable[None]]) -
         return OutageLog(log.read().decode(errors="replace").splitlines())
 
 
-async def service_down_for(name: str, sig: signal.Signals) -> None:
-    pid = stack.service_pid(name)
-    assert pid is not None
-    os.kill(pid, sig)
-    await asyncio.sleep(OUTAGE_S)
-    await asyncio.to_thread(stack.up)  # starts what does not run
-
-
 async def test_broker_outage_is_one_warning_and_one_recovery(
     settings: Settings, client: DelayClient, topic: str, tmp_path: Path
 ) -> None:
     async with loaded_node(settings, client, topic, tmp_path, "kafka-outage") as node:
-        log = await outage_log(node, lambda: service_down_for("kafka", signal.SIGKILL))
+        log = await outage_log(node, lambda: down_for("kafka", OUTAGE_S, signal.SIGKILL))
     print("\n" + log.report("broker killed for 10 s"))
     assert log.at("ERROR") == []
     assert log.tracebacks == 0
@@ -120,7 +111,7 @@ async def test_zookeeper_outage_is_one_warning_and_one_recovery(
     settings: Settings, client: DelayClient, topic: str, tmp_path: Path
 ) -> None:
     async with loaded_node(settings, client, topic, tmp_path, "zk-outage") as node:
-        log = await outage_log(node, lambda: service_down_for("zookeeper", signal.SIGTERM))
+        log = await outage_log(node, lambda: down_for("zookeeper", OUTAGE_S, signal.SIGTERM))
     print("\n" + log.report("ZooKeeper stopped for 10 s"))
     assert log.at("ERROR") == []
     assert log.tracebacks == 0

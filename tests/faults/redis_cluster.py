@@ -1,11 +1,13 @@
 """The shared stack's Redis Cluster with replicas (`delayq services up --redis-cluster
 --replicas 1`), as the failover scenarios use it: its nodes, which is master, their
 health, making a node master again or starting a killed one, and the fixture
-healthy_cluster (a healthy cluster before the test, and again after it)."""
+healthy_cluster (a healthy cluster before the test, and again after it), and the
+mark needs_replicas."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -14,6 +16,12 @@ from redis.asyncio import Redis
 
 from cluster.devstack import stack
 from cluster.devstack.service import HOST
+
+# Skips a test unless the suite runs on the Redis Cluster with a replica per master.
+needs_replicas = pytest.mark.skipif(
+    os.environ.get("DELAYQ_TEST_REDIS_REPLICAS") != "1",
+    reason="needs the Redis Cluster with replicas (DELAYQ_TEST_REDIS_REPLICAS=1)",
+)
 
 
 def cluster_ports() -> list[int]:

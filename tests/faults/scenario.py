@@ -167,11 +167,12 @@ async def scenario(
     return result, ledger, run
 
 
-async def down_for(service: str, seconds: float) -> None:
-    """Stop a service of the local stack, wait, and start it again."""
+async def down_for(service: str, seconds: float, sig: signal.Signals = signal.SIGTERM) -> None:
+    """Stop a service of the local stack (with `sig`: SIGTERM, or SIGKILL for a crash),
+    wait, and start what does not run again."""
     pid = stack.service_pid(service)
     assert pid is not None
-    os.kill(pid, signal.SIGTERM)
+    os.kill(pid, sig)
     await asyncio.sleep(seconds)
     await asyncio.to_thread(stack.up)
 

@@ -43,10 +43,10 @@ from tests.conftest import Collector, wait_for
 from tests.faults.load import reading
 from tests.faults.private import (
     PrivateStack,
+    env_fixture,
     gone,
-    private_env_fixture,
-    private_redis_fixture,
-    private_settings_fixture,
+    redis_fixture,
+    settings_fixture,
 )
 from tests.faults.settle import settle
 from tests.faults.timing import spread_s
@@ -92,7 +92,7 @@ def _kind(payload_lead_ms: int) -> str:
 STACK = PrivateStack(STATE_DIR, PORTS, ("--mysql-servers", str(SERVERS)))
 
 
-private_env = private_env_fixture(STACK)
+private_env = env_fixture(STACK)
 
 
 def server_pid(index: int) -> int:
@@ -118,7 +118,7 @@ def payload_lead_ms() -> int:
     return HORIZON_MS // 2
 
 
-settings = private_settings_fixture(
+settings = settings_fixture(
     STACK,
     healthy=answers,
     env={"DELAYQ_MYSQL_DATABASES": str(DATABASES)},
@@ -127,7 +127,7 @@ settings = private_settings_fixture(
         "payload_lead_ms": request.getfixturevalue("payload_lead_ms"),
     },
 )
-redis = private_redis_fixture()
+redis = redis_fixture()
 
 
 # client, topic and collector are conftest's, made with this module's settings.

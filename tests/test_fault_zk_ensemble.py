@@ -34,10 +34,10 @@ from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
 from tests.faults.private import (
     PrivateStack,
+    env_fixture,
     gone,
-    private_env_fixture,
-    private_redis_fixture,
-    private_settings_fixture,
+    redis_fixture,
+    settings_fixture,
 )
 from tests.faults.scenario import Run, scenario
 from tests.faults.timing import lateness, longest_pause_s
@@ -71,7 +71,7 @@ PARTITION_S = 10.0  # past the nodes' 3 s session timeout (tests/processes.py)
 STACK = PrivateStack(STATE_DIR, PORTS, ("--zk-ensemble", "3"))
 
 
-private_env = private_env_fixture(STACK)
+private_env = env_fixture(STACK)
 
 
 def modes() -> dict[str, str | None]:
@@ -97,8 +97,8 @@ async def serving(_: Settings) -> bool:
     return None not in modes().values()
 
 
-settings = private_settings_fixture(STACK, healthy=serving)
-redis = private_redis_fixture()
+settings = settings_fixture(STACK, healthy=serving)
+redis = redis_fixture()
 
 
 # client, topic and collector are conftest's, made with this module's settings.

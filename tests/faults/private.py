@@ -4,9 +4,9 @@ and the fixtures such a module uses in place of conftest's.
 
     STACK = PrivateStack(Path("/tmp/delayq-fault-x"), {"REDIS": "27379", ...},
                          ("--zk-ensemble", "3"))
-    private_env = private_env_fixture(STACK)  # up for the module, down at its end
-    settings = private_settings_fixture(STACK, healthy=...)  # a database per test
-    redis = private_redis_fixture()
+    private_env = env_fixture(STACK)  # up for the module, down at its end
+    settings = settings_fixture(STACK, healthy=...)  # a database per test
+    redis = redis_fixture()
 
 conftest's client, topic and collector are then made with the module's settings.
 
@@ -85,7 +85,7 @@ class PrivateStack:
         await asyncio.to_thread(self.services, "up")
 
 
-def private_env_fixture(stack: PrivateStack) -> Any:
+def env_fixture(stack: PrivateStack) -> Any:
     """A module-scoped fixture `private_env`: the stack up for the module, its DELAYQ_*
     settings; down at the module's end."""
 
@@ -98,7 +98,7 @@ def private_env_fixture(stack: PrivateStack) -> Any:
     return private_env
 
 
-def private_settings_fixture(
+def settings_fixture(
     stack: PrivateStack,
     *,
     healthy: Callable[[Settings], Awaitable[bool]],
@@ -133,7 +133,7 @@ def private_settings_fixture(
     return settings
 
 
-def private_redis_fixture() -> Any:
+def redis_fixture() -> Any:
     """A fixture `redis`: a client of the settings fixture's Redis (it replaces
     conftest's, which is the shared stack's)."""
 

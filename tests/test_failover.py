@@ -35,9 +35,9 @@ from tests.faults.redis_cluster import (
     cluster_healthy,
     cluster_ports,
     ensure_master,
-    healthy_cluster,
+    healthy_cluster,  # a fixture
     is_master,
-    needs_replicas,  # the fixture healthy_cluster
+    needs_replicas,
     pairs,
     pid_of,
     restart_node,

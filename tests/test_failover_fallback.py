@@ -31,9 +31,9 @@ from cluster.model.changes import CancelResult
 from cluster.model.keys import slot_of
 from cluster.settings.config import Settings
 from tests.faults.redis_cluster import (
-    healthy_cluster,  # noqa: F401
+    healthy_cluster,  # noqa: F401  (a fixture)
     is_master,
-    needs_replicas,  # the fixture healthy_cluster
+    needs_replicas,
     pairs,
     pid_of,
     restart_node,

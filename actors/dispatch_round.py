@@ -34,11 +34,10 @@ from typing import NamedTuple
 from cluster.errors import LeaseLapsed
 from cluster.model.envelope import (
     Fire,
-    due_topic_and_field,
+    due_topic_and_fields,
+    fields_of,
     fire_of,
-    has_priority,
     is_lean,
-    priority_of,
     with_tail,
 )
 from cluster.model.jobs import topic_refusal
@@ -174,7 +173,11 @@ def sort_claimed(
                     refused[slot, epoch][job.job_id] = NO_ROW_ERROR
                     continue
                 envelope = with_tail(envelope, tail)
-            due_ms, topic, field = due_topic_and_field(envelope)
+            try:
+                due_ms, topic, fields = due_topic_and_fields(envelope)
+            except ValueError as exc:  # EnvelopeError included: not an envelope we wrote
+                refused[slot, epoch][job.job_id] = f"UnreadableEnvelope: {exc}"[:500]
+                continue
             refusal = topic_refusal(topic, settings)
             if refusal is not None:
                 refused[slot, epoch][job.job_id] = f"TopicNotAllowed: {refusal}"[:500]
@@ -184,9 +187,14 @@ def sort_claimed(
                     Held(slot, job.job_id, envelope, job.attempt, due_ms, now_ms, received)
                 )
                 continue
-            if 112 in field:  # ord("p"): a priority (an int test: the cheapest there is)
-                ranked.append((len(fires), priority_of(envelope)))
-            fires.append(fire_of(envelope, job.attempt, now_ms))
+            try:
+                fire = fire_of(envelope, job.attempt, now_ms)
+            except ValueError as exc:  # a tail we did not write
+                refused[slot, epoch][job.job_id] = f"UnreadableEnvelope: {exc}"[:500]
+                continue
+            if fields.priority:
+                ranked.append((len(fires), fields.priority))
+            fires.append(fire)
             owners.append((slot, job.job_id, now_ms))
         if len(claimed) == claim_batch:
             more.append(slot)
@@ -247,8 +255,8 @@ async def publish_held(
         while end < len(later) and later[end].release_at <= now:
             end += 1
         batch, start = later[start:end], end
-        if any(has_priority(job.envelope) for job in batch):
-            batch.sort(key=lambda job: priority_of(job.envelope), reverse=True)
+        if any(fields_of(job.envelope).priority for job in batch):
+            batch.sort(key=lambda job: fields_of(job.envelope).priority, reverse=True)
         released: list[tuple[Held, int]] = []  # job, fired_ms
         for job in batch:
             held_ms = int((now - job.received) * 1000)

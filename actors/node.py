@@ -115,6 +115,7 @@ class Node:
                 wait_replicas=self.settings.redis_wait_replicas,
                 wait_timeout_ms=self.settings.redis_wait_timeout_ms,
                 payload_lead_ms=self.settings.payload_lead_ms,
+                envelope_version=self.settings.envelope_version,
             )
             producer = await _wait_for(
                 "Kafka", s.kafka_bootstrap, self._start_producer, deadline, s.startup_timeout_s

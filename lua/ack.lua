@@ -19,7 +19,7 @@ for _, id in ipairs(ARGV) do
   local v = redis.call('HGET', jobs, id)
   if v then
     if redis.call('ZREM', inflight, id) == 0 then
-      local seq = parse_envelope(v)
+      local seq = envelope_seq(v)
       redis.call('ZREM', delay, member_of(seq, id))
       redis.call('ZREM', dead, id)
     end

@@ -2,10 +2,9 @@
 -- KEYS[1] delay zset   KEYS[2] jobs hash   KEYS[3] seq counter   KEYS[4] tomb zset
 -- KEYS[5] acked zset   KEYS[6] expired zset
 -- ARGV[1] wake channel   ARGV[2] slot number   ARGV[3] payload lead ms (0: none)
--- ARGV[4..] groups of 4: job_id, due_ms, max_attempts, tail (cluster/envelope.py);
--- max_attempts is the envelope's field as it is stored: "<max_attempts>", or
--- "<max_attempts>:<expires_after_ms>" for a job that expires, either followed by
--- "p<priority>" for a job with a priority (includes/common.lua: its delay score)
+-- ARGV[4..] groups of 4: job_id, due_ms, fields, tail (cluster/model/envelope.py);
+-- fields is the envelope header's <fields> as it is stored, in any version
+-- (includes/common.lua: envelope_field; a priority lowers the delay score)
 -- A job due more than the lead after now (Redis TIME) is stored lean: the envelope
 -- header alone, empty tail. The owner's filler (lua/fill.lua) adds the tail once the
 -- job comes within the lead; the dispatcher loads it from MySQL if it is still lean

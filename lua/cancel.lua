@@ -48,7 +48,7 @@ end
 if redis.call('ZSCORE', dead, id) then
   return {CHANGE_DEAD, NO_TIME, NO_TIME, now, '', NO_TIME, 0}
 end
-local seq = parse_envelope(v)
+local seq = envelope_seq(v)
 local member = member_of(seq, id)
 local score = redis.call('ZSCORE', delay, member)
 local tried = tonumber(redis.call('HGET', attempts, id) or '0')

@@ -9,7 +9,7 @@
 -- ARGV[1] epoch   ARGV[2] wake channel   ARGV[3] slot number   ARGV[4] payload lead ms
 -- ARGV[5] tombstone lifetime ms   ARGV[6] grace ms
 -- ARGV[7..] groups of 6: job id, tombstone score read, add (1: the job is due within the
--- Redis horizon, add it; 0: remove the tombstone only), due ms, max attempts field, tail
+-- Redis horizon, add it; 0: remove the tombstone only), due ms, envelope fields, tail
 -- (as for lua/add.lua).
 -- Per job, only while the tombstone still has the score read and was set more than the
 -- grace ago (score - lifetime + grace <= Redis TIME): the tombstone goes, and the job is

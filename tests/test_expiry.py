@@ -69,12 +69,13 @@ async def test_the_row_and_the_envelope_keep_it_lean_and_reloaded(
     assert rows[plain].expires_ms is None
     near_envelope = await envelope(client, redis, near)
     assert near_envelope is not None
-    assert re.fullmatch(rb"[0-9a-f]{12}\|16:90000\|%d\|t\|.*" % rows[near].due_ms, near_envelope)
+    header = rb"[0-9a-f]{12}\|v=2;a=16;x=90000\|%d\|t\|.*" % rows[near].due_ms
+    assert re.fullmatch(header, near_envelope)
     lean_envelope = await envelope(client, redis, lean)
     assert lean_envelope is not None
-    assert lean_envelope[12:] == b"|16:250|%d|" % rows[lean].due_ms  # the header alone
+    assert lean_envelope[12:] == b"|v=2;a=16;x=250|%d|" % rows[lean].due_ms  # the header alone
     plain_envelope = await envelope(client, redis, plain)
-    assert plain_envelope is not None and plain_envelope[12:16] == b"|16|"
+    assert plain_envelope is not None and plain_envelope[12:22] == b"|v=2;a=16|"
     # Redis loses them; the reconciler re-adds them from MySQL, expiry and all.
     for job_id in (near, lean):
         keys = client.keys.slot(slot_of(job_id, client.settings.slots))
@@ -82,8 +83,8 @@ async def test_the_row_and_the_envelope_keep_it_lean_and_reloaded(
     slots = sorted({slot_of(j, client.settings.slots) for j in (near, lean)})
     until_ms = load_bound_ms(client.settings)
     await reconcile(client.settings, client.mysql, client.scripts, slots, until_ms=until_ms)
-    assert (await envelope(client, redis, near) or b"")[12:22] == b"|16:90000|"
-    assert (await envelope(client, redis, lean) or b"")[12:20] == b"|16:250|"
+    assert (await envelope(client, redis, near) or b"")[12:30] == b"|v=2;a=16;x=90000|"
+    assert (await envelope(client, redis, lean) or b"")[12:28] == b"|v=2;a=16;x=250|"
 
 
 async def test_a_job_scheduled_in_the_callers_transaction_keeps_it(
@@ -241,7 +242,7 @@ async def test_the_expiry_moves_with_a_reschedule(
     assert await client.reschedule(gone, at=now_ms() / 1000 - 120)
     assert await client.reschedule(kept, delay=0)
     for job_id in (gone, kept):
-        assert (await envelope(client, redis, job_id) or b"")[12:22] == b"|16:60000|"
+        assert (await envelope(client, redis, job_id) or b"")[12:30] == b"|v=2;a=16;x=60000|"
     assert await claim_all(client, scripts, [gone, kept]) == ({kept}, 1)
 
 

@@ -83,10 +83,10 @@ async def test_add_stores_far_jobs_lean_and_near_jobs_full(
     )
     assert codes == [AddCode.ADDED] * 3
     far = await envelope_of(redis, lean_scripts, SLOT, "far")
-    assert far == b"%s|7|%d|" % (far[:SEQ_DIGITS], now + 60_000) and is_lean(far)
+    assert far == b"%s|v=2;a=7|%d|" % (far[:SEQ_DIGITS], now + 60_000) and is_lean(far)
     for job_id, due in (("near", now + 200), ("past", now - 10)):
         full = await envelope_of(redis, lean_scripts, SLOT, job_id)
-        assert full.endswith(b"|7|%d|%s" % (due, TAIL)) and not is_lean(full)
+        assert full.endswith(b"|v=2;a=7|%d|%s" % (due, TAIL)) and not is_lean(full)
     # A lead of 0 never leans.
     await scripts.add(SLOT, [NewJob("far0", now + 3600_000, 7, TAIL)])
     assert not is_lean(await envelope_of(redis, scripts, SLOT, "far0"))
@@ -111,7 +111,7 @@ async def test_fill_fills_only_lean_envelopes_of_the_same_seq(
         (b"full", full_before[:SEQ_DIGITS], b"other"),
     ]
     assert await lean_scripts.fill_many([(SLOT, 4, fills)]) == [1]
-    assert await envelope_of(redis, lean_scripts, SLOT, "a") == b"%s|16|%d|%s" % (
+    assert await envelope_of(redis, lean_scripts, SLOT, "a") == b"%s|v=2;a=16|%d|%s" % (
         seqs["a"],
         due,
         TAIL,
@@ -135,7 +135,7 @@ async def test_lean_jobs_reschedule_cancel_retry_and_die_like_full_ones(
     await lean_scripts.add(SLOT, [NewJob(j, due, 2, TAIL) for j in ("a", "b")])
     assert (await lean_scripts.reschedule(SLOT, "a", 100))[0] == ChangeCode.CHANGED
     envelope = await envelope_of(redis, lean_scripts, SLOT, "a")
-    assert envelope.endswith(b"|2|100|")
+    assert envelope.endswith(b"|v=2;a=2|100|")
     assert await redis.zscore(k.delay, member_of(envelope[:SEQ_DIGITS], b"a")) == 100
     assert (await lean_scripts.cancel(SLOT, "b", 60_000)).code == ChangeCode.CHANGED
     assert await redis.zcard(k.delay) == 1
@@ -145,7 +145,7 @@ async def test_lean_jobs_reschedule_cancel_retry_and_die_like_full_ones(
     result = await lean_scripts.nack(SLOT, 0, [b"a"], "no", 10, 10)
     assert result.retried == 1
     retried = await envelope_of(redis, lean_scripts, SLOT, "a")
-    assert is_lean(retried) and retried.endswith(b"|2|100|")
+    assert is_lean(retried) and retried.endswith(b"|v=2;a=2|100|")
     await asyncio.sleep(0.05)
     await lean_scripts.move(SLOT, 0, 10)
     await lean_scripts.claim(SLOT, 0, 10, 30_000)
@@ -197,7 +197,7 @@ async def test_filler_walks_pages_that_end_inside_runs_of_equal_scores(
         rows = await client.mysql.get_many(ids)
         filled = await envelopes()
         for job_id, envelope in zip(ids[:300], filled[:300], strict=True):
-            header = b"%s|16|%d|" % (envelope[:SEQ_DIGITS], rows[job_id].due_ms)
+            header = b"%s|v=2;a=16|%d|" % (envelope[:SEQ_DIGITS], rows[job_id].due_ms)
             assert envelope == with_tail(header, rows[job_id].tail)
         assert is_lean(filled[300])
 
@@ -211,6 +211,7 @@ def expected_record(job: Job, job_id: str, due_ms: int) -> dict[str, object]:
         "topic": job.topic,
         "biz_id": job.biz_id,
         "biz_type": job.biz_type,
+        "priority": 0,
         "payload": job.payload,
         "due_ms": due_ms,
     }
@@ -384,6 +385,7 @@ async def test_dead_lean_jobs_are_listed_and_replayed(
             "topic": topic,
             "biz_id": "z",
             "biz_type": None,
+            "priority": 0,
             "payload": {"p": "q"},
         }
         assert await client.dead_job(job_id) == dead

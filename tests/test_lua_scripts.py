@@ -65,7 +65,7 @@ async def test_add_stores_member_and_envelope(
     assert member_id(member) == b"a" and len(member_seq(member)) == SEQ_DIGITS
     assert score == due
     envelope = await redis.hget(k.slot(SLOT).jobs, "a")
-    assert envelope.startswith(member_seq(member) + b"|16|%d|" % due)
+    assert envelope.startswith(member_seq(member) + b"|v=2;a=16|%d|" % due)
 
 
 async def test_add_same_id_twice_is_one_job(
@@ -550,7 +550,7 @@ async def test_dead_replay_makes_dead_jobs_due_now_and_journals_it(
     [a_member] = [m for m in delay if member_id(m) == b"a"]
     assert before - 1000 <= delay[a_member] <= now_ms() + 1000
     envelope = await redis.hget(s.jobs, "a")
-    assert envelope.startswith(member_seq(a_member) + b"|1|")  # a new seq, same max attempts
+    assert envelope.startswith(member_seq(a_member) + b"|v=2;a=1|")  # a new seq, same max attempts
     entries = await scripts.read_journal(SLOT, 10)
     assert entries[-2].startswith(b"%d|1|" % JobStatus.DEAD)  # died ...
     replayed = entries[-1]

@@ -22,7 +22,7 @@ from cluster.connections.redis_conn import RedisClient
 from cluster.errors import InvalidJob
 from cluster.ingress.records import Refused, parse_record
 from cluster.model.contract import PRIORITY_MAX, PRIORITY_SCALE
-from cluster.model.envelope import make_tail, priority_of
+from cluster.model.envelope import fields_of, make_tail
 from cluster.model.jobs import now_ms
 from cluster.model.keys import slot_of
 from cluster.scripts.facade import NewJob, Scripts
@@ -79,10 +79,10 @@ async def test_same_ms_jobs_are_moved_and_claimed_highest_priority_first(
     moved = await scripts.move(SLOT, 0, 1000)
     assert moved.moved == len(jobs) and moved.first_due_ms == due  # a whole ms
     claimed = await scripts.claim(SLOT, 0, 1000, 60_000)
-    got = [priority_of(job.envelope) for job in claimed.jobs]
+    got = [fields_of(job.envelope).priority for job in claimed.jobs]
     assert got == sorted(priorities, reverse=True)
     # Equal priorities keep the order they were scheduled in (their seq).
-    zeros = [job.job_id.decode() for job in claimed.jobs if priority_of(job.envelope) == 0]
+    zeros = [job.job_id.decode() for job in claimed.jobs if fields_of(job.envelope).priority == 0]
     assert zeros == [f"j{i}" for i, p in enumerate(priorities) if p == 0]
 
 
@@ -119,7 +119,7 @@ async def test_an_overdue_burst_is_published_highest_priority_first(
         assert [j.job_id.decode() for j in result.jobs] == [j.job_id for j in jobs]
         claims.append(SlotClaim(slot, 0, result.now_ms, result.jobs))
         for job in result.jobs:
-            expected.append((-priority_of(job.envelope), position, job.job_id.decode()))
+            expected.append((-fields_of(job.envelope).priority, position, job.job_id.decode()))
             position += 1
     fires = sort_claimed(claims, Tails({}, set()), Settings(), 1000, 0.0).fires
     assert [orjson.loads(f.value)["job_id"] for f in fires] == [j for *_, j in sorted(expected)]
@@ -132,7 +132,7 @@ async def test_ordinary_jobs_are_not_reordered(scripts: Scripts, redis: RedisCli
     await scripts.move(SLOT, 0, 1000)
     result = await scripts.claim(SLOT, 0, 1000, 60_000)
     envelope_of = {j.job_id: j.envelope for j in result.jobs}
-    assert all(envelope_of[f"o{i}".encode()][12:16] == b"|16|" for i in range(30))
+    assert all(envelope_of[f"o{i}".encode()][12:22] == b"|v=2;a=16|" for i in range(30))
     claims = [SlotClaim(SLOT, 0, result.now_ms, result.jobs)]
     fires = sort_claimed(claims, Tails({}, set()), Settings(), 1000, 0.0).fires
     assert [orjson.loads(f.value)["job_id"] for f in fires] == [j.job_id for j in jobs]
@@ -209,11 +209,11 @@ async def test_the_priority_survives_reschedule_and_a_reload_from_mysql(
         assert score is not None
         return score, found.split(b"|")[1]
 
-    assert await score_and_field(job_id) == (row.due_ms - 7 / PRIORITY_SCALE, b"16p7")
+    assert await score_and_field(job_id) == (row.due_ms - 7 / PRIORITY_SCALE, b"v=2;a=16;p=7")
     assert await client.reschedule(job_id, delay=90)
     moved = await client.get(job_id)
     assert moved is not None and moved.priority == 7
-    assert await score_and_field(job_id) == (moved.due_ms - 7 / PRIORITY_SCALE, b"16p7")
+    assert await score_and_field(job_id) == (moved.due_ms - 7 / PRIORITY_SCALE, b"v=2;a=16;p=7")
     # Redis loses them; the reconciler re-adds them from MySQL, priority and all.
     for one in (job_id, plain):
         keys = client.keys.slot(slot_of(one, client.settings.slots))
@@ -226,8 +226,8 @@ async def test_the_priority_survives_reschedule_and_a_reload_from_mysql(
         slots,
         until_ms=load_bound_ms(client.settings),
     )
-    assert await score_and_field(job_id) == (moved.due_ms - 7 / PRIORITY_SCALE, b"16p7")
-    assert await score_and_field(plain) == (plain_row.due_ms, b"16")
+    assert await score_and_field(job_id) == (moved.due_ms - 7 / PRIORITY_SCALE, b"v=2;a=16;p=7")
+    assert await score_and_field(plain) == (plain_row.due_ms, b"v=2;a=16")
 
 
 async def test_a_job_scheduled_in_the_callers_transaction_keeps_it(client: DelayClient) -> None:
@@ -244,7 +244,7 @@ async def test_a_job_scheduled_in_the_callers_transaction_keeps_it(client: Delay
     # The outbox's path to Redis (actors/outbox.py) adds it from the row.
     await client.scripts.add(row.slot, [NewJob.from_record(row)])
     found = await envelope(client, client.scripts.redis, job_id)
-    assert found is not None and found.split(b"|")[1] == b"16p900"
+    assert found is not None and found.split(b"|")[1] == b"v=2;a=16;p=900"
 
 
 async def test_a_recurring_schedule_gives_its_ticks_its_priority(client: DelayClient) -> None:

@@ -82,6 +82,7 @@ class FiredRecord:
     message: ConsumerRecord[Any, Any]  # the Kafka record (partition, offset, key, ...)
     recurring: str | None = None  # a recurring schedule's tick: the schedule's name
     tick_ms: int | None = None  # and the tick's time
+    priority: int = 0  # records of jobs scheduled before 0.2.0 have none: 0
 
 
 def fired_record(message: ConsumerRecord[Any, Any]) -> FiredRecord:
@@ -90,12 +91,16 @@ def fired_record(message: ConsumerRecord[Any, Any]) -> FiredRecord:
         value = orjson.loads(message.value)
         job_id, attempt = value["job_id"], value["attempt"]
         due_ms, fired_ms = value["due_ms"], value["fired_ms"]
+        priority = value.get("priority", 0)
     except (orjson.JSONDecodeError, TypeError, KeyError) as exc:
         raise ValueError(f"not a delayq fired record: {type(exc).__name__}: {exc}") from None
     if not isinstance(job_id, str) or not all(
-        isinstance(n, int) and not isinstance(n, bool) for n in (attempt, due_ms, fired_ms)
+        isinstance(n, int) and not isinstance(n, bool)
+        for n in (attempt, due_ms, fired_ms, priority)
     ):
-        raise ValueError("not a delayq fired record: job_id, attempt or a time has a wrong type")
+        raise ValueError(
+            "not a delayq fired record: job_id, attempt, priority or a time has a wrong type"
+        )
     node = next(
         (raw.decode(errors="replace") for name, raw in message.headers if name == NODE_HEADER),
         None,
@@ -113,6 +118,7 @@ def fired_record(message: ConsumerRecord[Any, Any]) -> FiredRecord:
         message=message,
         recurring=value.get("recurring"),
         tick_ms=value.get("tick_ms"),
+        priority=priority,
     )
 
 

@@ -98,6 +98,7 @@ class DelayClient(RecurringActions, JobSearchActions):
             wait_replicas=self.settings.redis_wait_replicas,
             wait_timeout_ms=self.settings.redis_wait_timeout_ms,
             payload_lead_ms=self.settings.payload_lead_ms,
+            envelope_version=self.settings.envelope_version,
         )
         scripts.wait_fallback = self.settings.redis_wait_fallback
         self._opened = _Opened(

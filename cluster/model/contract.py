@@ -12,6 +12,8 @@ from __future__ import annotations
 from enum import IntEnum, StrEnum, unique
 from typing import AnyStr
 
+from cluster.settings import config
+
 
 @unique  # two names for one code would make the reply ambiguous
 class JobStatus(IntEnum):
@@ -103,6 +105,23 @@ SEQ_DIGITS = 12
 PRIORITY_MAX = 1000
 PRIORITY_SCALE = 1024
 
+# The versions of the envelope header (cluster/model/envelope.py), the latest last,
+# defined beside the envelope_version setting that picks the one a process writes.
+# Version 1 packed max attempts, expiry and priority into one text ("5:60000p10");
+# version 2 names each field ("v=2;a=5;x=60000;p=10"). Readers read every version.
+ENVELOPE_VERSIONS = config.ENVELOPE_VERSIONS
+
+
+@unique
+class EnvelopeField(StrEnum):
+    """The name of each field in a version-2 envelope header. One letter each: the header
+    is kept for every waiting job, millions of them."""
+
+    VERSION = "v"
+    MAX_ATTEMPTS = "a"
+    EXPIRES_AFTER_MS = "x"  # absent: the job never expires
+    PRIORITY = "p"  # absent: 0
+
 
 def seq_hex(seq: int) -> str:
     """The member prefix of sequence number seq."""
@@ -137,6 +156,7 @@ _LUA_ENUMS: tuple[tuple[str, type[IntEnum] | type[StrEnum]], ...] = (
     ("TAKE", TakeCode),
     ("REPLAY", ReplayCode),
     ("ERROR", ErrorCode),
+    ("FIELD", EnvelopeField),
 )
 
 

@@ -1,20 +1,24 @@
 """The bytes a job carries through Redis, and the fired record built from them.
 
-Stored envelope: b"<seq>|<max_attempts>|<due_ms>|<tail>" (the Lua scripts read the
-header), where a job with expires_after carries b"<max_attempts>:<expires_after_ms>" in
-the second field (attempts_field), so that the envelope of a job without it is the same
-bytes as before expiry existed, and a job with a priority above 0 ends that field with
-b"p<priority>"; tail: b"<topic>|<key hash>|<key length>|<key><record
-json>". The record json
+Stored envelope: b"<seq>|<fields>|<due_ms>|<tail>" (the Lua scripts read the header,
+lua/includes/common.lua). <fields> names the job's own fields the scripts need, in header
+version 2: b"v=2;a=<max_attempts>", then b";x=<expires_after_ms>" for a job that expires
+and b";p=<priority>" for a job with a priority above 0 (contract.EnvelopeField names
+them; a field at its default is left out). Version 1, which envelopes stored by earlier
+releases carry, packed the same fields into one text: b"5", b"5:60000", b"5p10",
+b"5:60000p10". Both are read, here by read_fields and in Lua by envelope_field; writers
+make the version the envelope_version setting names (fields_text).
+
+tail: b"<topic>|<key hash>|<key length>|<key><record json>". The record json
 is the fired record without due_ms, fired_ms and attempt; the dispatcher appends those
 by splicing bytes, so firing a job never parses or re-serialises its payload. The key
 hash is Kafka's murmur2 of the key, computed once when the job is scheduled rather than
 by the node at every fire: the node picks the partition from it the way Kafka's default
 partitioner does, so a key lands where any Kafka producer would put it.
 
-A lean envelope is the header alone, b"<seq>|<max_attempts>|<due_ms>|" (lua/add.lua
-stores a job due beyond payload_lead_ms so); its tail is made from the job's MySQL row
-by make_tail, exactly as the producer made it, so the record fired is the same bytes.
+A lean envelope is the header alone, b"<seq>|<fields>|<due_ms>|" (lua/add.lua stores a
+job due beyond payload_lead_ms so); its tail is made from the job's MySQL row by
+make_tail, exactly as the producer made it, so the record fired is the same bytes.
 
 The tick of a recurring schedule is a job whose id says which schedule and which tick
 (cluster/model/tick_ids.py): make_tail reads them from the id into the record's "recurring"
@@ -23,11 +27,13 @@ and "tick_ms", so whoever makes the tail, from whichever copy of the job, makes 
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
 import orjson
 
+from cluster.model.contract import ENVELOPE_VERSIONS, SEQ_DIGITS, EnvelopeField
 from cluster.model.tick_ids import RECURRING_PREFIX, parse_tick_id
 
 _M = 0x5BD1E995
@@ -63,7 +69,12 @@ def partition_of(key_hash: int, partitions: list[int]) -> int:
 
 
 def make_tail(
-    job_id: str, topic: str, biz_id: str | None, biz_type: str | None, payload_json: bytes
+    job_id: str,
+    topic: str,
+    biz_id: str | None,
+    biz_type: str | None,
+    payload_json: bytes,
+    priority: int = 0,
 ) -> bytes:
     key = (biz_id if biz_id is not None else job_id).encode()
     fields: dict[str, object] = {
@@ -71,6 +82,7 @@ def make_tail(
         "topic": topic,
         "biz_id": biz_id,
         "biz_type": biz_type,
+        "priority": priority,
     }
     if job_id.startswith(RECURRING_PREFIX):
         tick = parse_tick_id(job_id)
@@ -81,29 +93,78 @@ def make_tail(
     return b"%s|%d|%d|%s%s" % (topic.encode(), murmur2(key), len(key), key, record)
 
 
-def attempts_field(max_attempts: int, expires_after_ms: int | None, priority: int = 0) -> int | str:
-    """The envelope's second field: max_attempts, with ":<expires_after_ms>" appended
-    for a job that expires and "p<priority>" for a job with a priority above 0
-    (lua/includes/common.lua reads it; its delay score depends on the priority)."""
-    if expires_after_ms is None:
-        return max_attempts if not priority else f"{max_attempts}p{priority}"
-    return f"{max_attempts}:{expires_after_ms}" + (f"p{priority}" if priority else "")
+@dataclass(frozen=True, slots=True)
+class EnvelopeFields:
+    """The job fields an envelope header carries (contract.EnvelopeField)."""
+
+    max_attempts: int
+    expires_after_ms: int | None = None  # None: the job never expires
+    priority: int = 0  # higher fires first among jobs due at the same ms
 
 
-# Where an envelope's second field starts: after the seq (contract.SEQ_DIGITS) and "|".
-_FIELD_AT = 13
+LATEST_VERSION = ENVELOPE_VERSIONS[-1]
+_V, _A, _X, _P = (f.value for f in EnvelopeField)  # v, a, x, p
 
 
-def has_priority(envelope: bytes) -> bool:
-    """Whether an envelope carries a priority above 0 (its second field has a "p")."""
-    return envelope.find(b"p", _FIELD_AT, envelope.find(b"|", _FIELD_AT)) >= 0
+def fields_text(fields: EnvelopeFields, version: int = LATEST_VERSION) -> str:
+    """The header's <fields> for a job, in header `version` (envelope_version setting)."""
+    if version == 2:
+        text = f"{_V}=2;{_A}={fields.max_attempts}"
+        if fields.expires_after_ms is not None:
+            text += f";{_X}={fields.expires_after_ms}"
+        return text + (f";{_P}={fields.priority}" if fields.priority else "")
+    if version == 1:
+        text = str(fields.max_attempts)
+        if fields.expires_after_ms is not None:
+            text += f":{fields.expires_after_ms}"
+        return text + (f"p{fields.priority}" if fields.priority else "")
+    raise ValueError(f"envelope version {version!r} is none of {ENVELOPE_VERSIONS}")
 
 
-def priority_of(envelope: bytes) -> int:
-    """The priority an envelope carries (attempts_field), 0 when none."""
-    end = envelope.find(b"|", _FIELD_AT)
-    at = envelope.find(b"p", _FIELD_AT, end)
-    return 0 if at < 0 else int(envelope[at + 1 : end])
+class EnvelopeError(ValueError):
+    """An envelope header delayq did not write: refused, never guessed at."""
+
+
+# Most jobs share a few field texts (b"v=2;a=5"): each is parsed once.
+@functools.lru_cache(maxsize=4096)
+def read_fields(text: bytes) -> EnvelopeFields:
+    """The fields of a header's <fields>, in any version (the one parser of them in
+    Python; lua/includes/common.lua's envelope_field is the Lua one)."""
+    try:
+        if text[:1] == _V.encode():
+            named = dict(pair.split(b"=", 1) for pair in text.split(b";"))
+            if named.pop(_V.encode()) != b"2" or not named.keys() <= _NAMES:
+                raise ValueError(text)
+            if not all(value.isdigit() for value in named.values()):
+                raise ValueError(text)
+            expiry = named.get(_X.encode())
+            return EnvelopeFields(
+                int(named[_A.encode()]),
+                None if expiry is None else int(expiry),
+                int(named.get(_P.encode(), 0)),
+            )
+        attempts, _, priority = text.partition(b"p")
+        attempts, colon, expiry = attempts.partition(b":")
+        if not all(part.isdigit() for part in (attempts, *([expiry] if colon else []))):
+            raise ValueError(text)
+        if priority and not priority.isdigit():
+            raise ValueError(text)
+        return EnvelopeFields(
+            int(attempts), int(expiry) if colon else None, int(priority) if priority else 0
+        )
+    except (ValueError, KeyError):
+        raise EnvelopeError(f"not an envelope header's fields: {text[:80]!r}") from None
+
+
+_NAMES = frozenset(f.value.encode() for f in EnvelopeField) - {_V.encode()}
+
+# Where an envelope's <fields> starts: after the seq and its "|".
+_FIELDS_AT = SEQ_DIGITS + 1
+
+
+def fields_of(envelope: bytes) -> EnvelopeFields:
+    """The fields an envelope's header carries."""
+    return read_fields(envelope[_FIELDS_AT : envelope.index(b"|", _FIELDS_AT)])
 
 
 def is_lean(envelope: bytes) -> bool:
@@ -128,22 +189,21 @@ class Fire:
 
 
 def fire_of(envelope: bytes, attempt: int, fired_ms: int) -> Fire:
-    _seq, _max_attempts, due, topic, key_hash, key_len, rest = envelope.split(b"|", 6)
+    _seq, _fields, due, topic, key_hash, key_len, rest = envelope.split(b"|", 6)
     n = int(key_len)
     value = b'%s,"due_ms":%s,"fired_ms":%d,"attempt":%d}' % (rest[n:-1], due, fired_ms, attempt)
     return Fire(topic.decode(), rest[:n], int(key_hash), value, int(due))
 
 
-def due_topic_and_field(envelope: bytes) -> tuple[int, str, bytes]:
-    """An envelope's due time, topic and second field (attempts_field: b"p" in it says
-    the job has a priority), without building its record."""
-    _seq, field, due, topic, _rest = envelope.split(b"|", 4)
-    return int(due), topic.decode(), field
+def due_topic_and_fields(envelope: bytes) -> tuple[int, str, EnvelopeFields]:
+    """An envelope's due time, topic and fields, without building its record."""
+    _seq, fields, due, topic, _rest = envelope.split(b"|", 4)
+    return int(due), topic.decode(), read_fields(fields)
 
 
 def record_of(envelope: bytes) -> dict[str, object]:
     """The record json of an envelope, decoded (for inspection, not the hot path)."""
-    _seq, _max_attempts, due, _topic, _hash, key_len, rest = envelope.split(b"|", 6)
+    _seq, _fields, due, _topic, _hash, key_len, rest = envelope.split(b"|", 6)
     record: dict[str, object] = orjson.loads(rest[int(key_len) :])
     record["due_ms"] = int(due)
     return record

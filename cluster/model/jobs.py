@@ -70,7 +70,9 @@ class ValidJob:
     def tail(self) -> bytes:
         """What Redis keeps beside the job (cluster/model/envelope.py). Made on demand: a job
         due beyond the horizon goes to MySQL only, and the node makes it from the row."""
-        return make_tail(self.job_id, self.topic, self.biz_id, self.biz_type, self.payload_json)
+        return make_tail(
+            self.job_id, self.topic, self.biz_id, self.biz_type, self.payload_json, self.priority
+        )
 
 
 def now_ms() -> int:

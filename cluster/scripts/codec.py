@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cluster.model.contract import NO_TIME, ChangeCode
-from cluster.model.envelope import attempts_field
+from cluster.model.envelope import EnvelopeFields, fields_text
 
 if TYPE_CHECKING:
     from cluster.store.rows import JobRecord
@@ -37,10 +37,10 @@ class NewJob:
             record.priority,
         )
 
-    @property
-    def attempts_field(self) -> int | str:
-        """The envelope's max-attempts field (cluster/model/envelope.py: attempts_field)."""
-        return attempts_field(self.max_attempts, self.expires_after_ms, self.priority)
+    def fields_text(self, version: int) -> str:
+        """The envelope header's <fields> of this job (cluster/model/envelope.py)."""
+        fields = EnvelopeFields(self.max_attempts, self.expires_after_ms, self.priority)
+        return fields_text(fields, version)
 
 
 @dataclass(slots=True)  # not frozen: built per job, and frozen init is slower

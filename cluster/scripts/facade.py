@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from cluster.connections.redis_conn import RedisClient
 from cluster.errors import Fenced, ReplicationUnconfirmed, SlotFailed, SlotsFailed
+from cluster.model.envelope import LATEST_VERSION
 from cluster.model.keys import KeySpace
 from cluster.scripts.change_scripts import JobChangeScripts
 from cluster.scripts.codec import (
@@ -64,10 +65,13 @@ class Scripts(FirePathScripts, JournalScripts, DeadLetterScripts, JobChangeScrip
         wait_replicas: int = 0,
         wait_timeout_ms: int = 500,
         payload_lead_ms: int = 0,
+        envelope_version: int = LATEST_VERSION,
     ) -> None:
         super().__init__(redis, wait_replicas=wait_replicas, wait_timeout_ms=wait_timeout_ms)
         self.keys = keys
         # Every add stores a job due further ahead than this lean (lua/add.lua); 0: never.
         self.payload_lead_ms = payload_lead_ms
+        # The header version of the envelopes this process writes (add, restore).
+        self.envelope_version = envelope_version
         # A node's claims refuse a slot its owner has not verified on this Redis server.
         self.check_verified = False

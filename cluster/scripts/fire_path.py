@@ -36,6 +36,7 @@ class FirePathScripts(ScriptRunner):
 
     keys: KeySpace
     payload_lead_ms: int
+    envelope_version: int
     check_verified: bool
 
     async def add(self, slot: int, jobs: list[NewJob]) -> tuple[bool, list[AddCode]]:
@@ -53,12 +54,13 @@ class FirePathScripts(ScriptRunner):
         Raises SlotsFailed when some slots' runs failed, after the others were done;
         its `done` holds their results (a slot with a failed chunk is not in it)."""
         calls: list[Call] = []
+        version = self.envelope_version
         for slot, jobs in jobs_by_slot.items():
             k = self.keys.slot(slot)
             for start in range(0, len(jobs), ADD_CHUNK):
                 args: list[Any] = [self.keys.wake_channel, slot, self.payload_lead_ms]
                 for job in jobs[start : start + ADD_CHUNK]:
-                    args += (job.job_id, job.due_ms, job.attempts_field, job.tail)
+                    args += (job.job_id, job.due_ms, job.fields_text(version), job.tail)
                 calls.append((slot, [k.delay, k.jobs, k.seq, k.tomb, k.acked, k.expired], args))
         results: dict[int, tuple[bool, list[AddCode]]] = {}
         failed: dict[int, SlotFailed] = {}

@@ -97,7 +97,8 @@ async def restore(
     ]
     for one in restores:
         job = one.job
-        args += (one.job_id, one.tomb_ms, int(one.add), job.due_ms, job.attempts_field, job.tail)
+        fields = job.fields_text(scripts.envelope_version)
+        args += (one.job_id, one.tomb_ms, int(one.add), job.due_ms, fields, job.tail)
     calls: list[Call] = [(slot, keys, args)]
     [reply] = per_slot(await scripts._call_many("restore", calls), _codes)
     return reply

@@ -30,6 +30,8 @@ RECORD_OVERHEAD_BYTES = 4096
 # answers "in flight" for it meanwhile, so the advance stays a matter of milliseconds.
 MAX_FIRE_ADVANCE_MS = 1000
 DELIVERY_MODES = ("at_least_once", "exactly_once")
+# The Redis envelope header versions (cluster/model/contract.py describes them).
+ENVELOPE_VERSIONS = (1, 2)
 # The smallest payload_lead_ms other than 0: the filler passes four times per lead (at
 # most once a second), and more often than that is not worth the bytes it saves.
 MIN_PAYLOAD_LEAD_MS = 1000
@@ -102,6 +104,9 @@ class Settings:
     # redis_horizon_ms / 2 (the reconciler loads jobs that far ahead), at least
     # MIN_PAYLOAD_LEAD_MS; 0: always store full envelopes.
     payload_lead_ms: int = 120000
+    # The Redis envelope header version this process writes (every one is read): 1 only
+    # while processes of a release before 0.2.0 run (docs/operations.md, Upgrades).
+    envelope_version: int = 2
 
     # Replication (docs/cluster.md): writes that back a promise (cancel() and
     # reschedule() returning True, the ack of a fired job, a slot's owner epoch) return
@@ -348,6 +353,8 @@ class Settings:
                 f"{MIN_PAYLOAD_LEAD_MS} and redis_horizon_ms / 2 "
                 f"({self.redis_horizon_ms // 2}), got {self.payload_lead_ms}"
             )
+        if (version := self.envelope_version) not in ENVELOPE_VERSIONS:
+            raise ConfigError(f"envelope_version must be one of {ENVELOPE_VERSIONS}, got {version}")
         if self.recurring_lookahead_ms < 2 * self.recurring_poll_ms:
             # A tick must be made into a job before it is due, in one of the polls
             # between lookahead and lookahead/2 before it.

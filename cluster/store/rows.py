@@ -59,7 +59,12 @@ class JobRecord:
     def tail(self) -> bytes:
         """The envelope tail of this job (cluster/model/envelope.py), the producer's bytes."""
         return make_tail(
-            self.job_id, self.topic, self.biz_id, self.biz_type, self.payload_json.encode()
+            self.job_id,
+            self.topic,
+            self.biz_id,
+            self.biz_type,
+            self.payload_json.encode(),
+            self.priority,
         )
 
 

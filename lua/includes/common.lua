@@ -1,19 +1,20 @@
 -- Shared helpers, pulled into a script by the line "--@include common".
 --
--- Stored envelope (the value in the slot's jobs hash):
---   "<seq>|<max_attempts>|<due_ms>|<tail>", or for a job that expires
---   "<seq>|<max_attempts>:<expires_after_ms>|<due_ms>|<tail>", and for a job with a
---   priority above 0 the second field ends with "p<priority>" ("5p10", "5:60000p10").
+-- Stored envelope (the value in the slot's jobs hash): "<seq>|<fields>|<due_ms>|<tail>".
+-- <fields> are the job's fields the scripts read, in header version 2 named
+-- ("v=2;a=5;x=60000;p=10": max attempts, expires_after_ms, priority; FIELD_* names
+-- them, a field at its default is left out), in version 1 (envelopes stored by earlier
+-- releases) packed into one text ("5", "5:60000", "5p10", "5:60000p10"). envelope_field
+-- reads both (cluster/model/envelope.py is the Python side).
 -- seq is SEQ_DIGITS hex digits (seq_hex) and also prefixes the job's member in the
 -- delay zset (member_of), so the member can be rebuilt from the envelope. A job with
 -- expires_after is never published after due_ms + expires_after_ms (claim.lua,
--- retry_or_bury); the field rides with max_attempts so that the envelope of a job
--- without it is unchanged. The tail is opaque to the scripts; it is
--- "<topic>|<key murmur2>|<kafka key byte length>|<kafka key><record json>" (cluster/envelope.py),
+-- retry_or_bury). The tail is opaque to the scripts; it is
+-- "<topic>|<key murmur2>|<kafka key byte length>|<kafka key><record json>" (cluster/model/envelope.py),
 -- or empty in a lean envelope: a job due beyond the payload lead (add.lua) until the
 -- owner's filler loads its tail from MySQL (fill.lua). Every script that rewrites an
--- envelope keeps its tail, max attempts, expiry and priority as they are
--- (rewrite_envelope), and every delay score is score_of(envelope or field, due): the due
+-- envelope keeps its fields and tail as they are (rewrite_envelope), and every delay
+-- score is score_of(envelope, due) or field_score(fields, due): the due
 -- ms less priority / PRIORITY_SCALE, so among jobs due at the same ms the higher
 -- priority comes first in the zset, and since that is less than 1 ms and Redis TIME is
 -- a whole ms, a job is never due before its due ms. A score read back as a due time is
@@ -35,34 +36,57 @@ local function reserve_seq(seq_key, n)
   return redis.call('INCRBY', seq_key, n) - n + 1
 end
 
--- Returns seq (hex), max_attempts, due_ms (strings), the index where the tail starts,
--- and expires_after_ms (a number; nil when the job does not expire).
+-- A version-2 field's value by its name: ";<name>=<digits>" (the version comes first).
+local FIELD_PATTERN = {
+  [FIELD_MAX_ATTEMPTS] = ';' .. FIELD_MAX_ATTEMPTS .. '=(%d+)',
+  [FIELD_EXPIRES_AFTER_MS] = ';' .. FIELD_EXPIRES_AFTER_MS .. '=(%d+)',
+  [FIELD_PRIORITY] = ';' .. FIELD_PRIORITY .. '=(%d+)',
+}
+
+-- One field of an envelope's <fields> by its FIELD_* name, as a number; nil when
+-- the job has none (no expiry, priority 0). The one reader of <fields>, every version.
+local function envelope_field(fields, name)
+  if string.byte(fields, 1) == 118 then  -- "v": version 2
+    return tonumber(string.match(fields, FIELD_PATTERN[name]))
+  end
+  local attempts, expiry, priority = string.match(fields, '^(%d+):?(%d*)p?(%d*)$')
+  if name == FIELD_MAX_ATTEMPTS then return tonumber(attempts) end
+  if name == FIELD_EXPIRES_AFTER_MS then return tonumber(expiry) end
+  return tonumber(priority)
+end
+
+-- An envelope's seq (hex), <fields>, due_ms (strings) and the index where its tail
+-- starts.
+local function envelope_header(v)
+  local _, header_end, seq, fields, due = string.find(v, '^(%x+)|([^|]+)|(%-?%d+)|')
+  return seq, fields, due, header_end + 1
+end
+
+-- Returns seq (hex), max_attempts (a number), due_ms (a string), the index where the
+-- tail starts, and expires_after_ms (a number; nil when the job does not expire).
 local function parse_envelope(v)
-  local _, header_end, seq, max_attempts, expiry, due =
-    string.find(v, '^(%x+)|(%d+):?(%d*)p?%d*|(%-?%d+)|')
-  return seq, max_attempts, due, header_end + 1, tonumber(expiry)
+  local seq, fields, due, body_at = envelope_header(v)
+  return seq, envelope_field(fields, FIELD_MAX_ATTEMPTS), due, body_at,
+    envelope_field(fields, FIELD_EXPIRES_AFTER_MS)
 end
 
--- The envelope with a new seq (and due_ms, when given); max attempts, expiry and tail kept.
+-- The envelope with a new seq (and due_ms, when given); its fields and tail kept.
 local function rewrite_envelope(v, seq, due)
-  local _, header_end, attempts_field, old_due = string.find(v, '^%x+|([%d:p]+)|(%-?%d+)|')
-  return seq .. '|' .. attempts_field .. '|' .. (due or old_due) .. '|' ..
-    string.sub(v, header_end + 1)
+  local _, fields, old_due, body_at = envelope_header(v)
+  return seq .. '|' .. fields .. '|' .. (due or old_due) .. '|' .. string.sub(v, body_at)
 end
 
--- The delay score of a job due at due ms, with the priority its envelope carries.
--- Cheap for a job without one: an anchored match that fails within the header.
+-- The delay score of a job due at due ms, with the priority its <fields> carry.
+local function field_score(fields, due)
+  local priority = envelope_field(fields, FIELD_PRIORITY)
+  if priority then return tonumber(due) - priority / PRIORITY_SCALE end
+  return tonumber(due)
+end
+
+-- field_score for a whole envelope.
 local function score_of(v, due)
-  local priority = string.match(v, '^%x+|[%d:]+p(%d+)|')
-  if priority then return tonumber(due) - tonumber(priority) / PRIORITY_SCALE end
-  return tonumber(due)
-end
-
--- score_of for the envelope's second field alone, as add.lua and restore.lua get it.
-local function field_score(field, due)
-  local at = string.find(field, 'p', 1, true)
-  if at then return tonumber(due) - tonumber(string.sub(field, at + 1)) / PRIORITY_SCALE end
-  return tonumber(due)
+  local _, fields = envelope_header(v)
+  return field_score(fields, due)
 end
 
 -- The due ms of a delay score (a priority makes it up to 1 ms lower).
@@ -71,17 +95,17 @@ local function due_of(score)
 end
 
 -- The last ms at which a job may be published (due_ms + expires_after_ms), or nil when
--- it does not expire. Cheap for the envelopes of jobs without expiry: an anchored match
--- that fails within the header.
+-- it does not expire.
 local function expires_at(v)
-  if not string.find(v, '^%x+|%d+:') then return nil end
-  local _, _, due, _, expiry = parse_envelope(v)
-  return tonumber(due) + expiry
+  local _, fields, due = envelope_header(v)
+  local expiry = envelope_field(fields, FIELD_EXPIRES_AFTER_MS)
+  if expiry then return tonumber(due) + expiry end
+  return nil
 end
 
 -- Whether an envelope is lean: its header alone, its tail not loaded yet.
 local function envelope_lean(v)
-  local _, _, _, body_at = parse_envelope(v)
+  local _, _, _, body_at = envelope_header(v)
   return body_at > string.len(v)
 end
 

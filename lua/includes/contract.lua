@@ -36,6 +36,12 @@ local REPLAY_NOT_DEAD = 0
 local ERROR_FENCED = 'FENCED'
 local ERROR_RESTARTED = 'RESTARTED'
 
+-- EnvelopeField
+local FIELD_VERSION = 'v'
+local FIELD_MAX_ATTEMPTS = 'a'
+local FIELD_EXPIRES_AFTER_MS = 'x'
+local FIELD_PRIORITY = 'p'
+
 -- A due time reported when there is none.
 local NO_TIME = -1
 

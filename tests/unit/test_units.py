@@ -112,6 +112,7 @@ def test_fire_splices_record_without_parsing_payload() -> None:
         "topic": "orders",
         "biz_id": "biz|9",
         "biz_type": "close",
+        "priority": 0,
         "payload": {"a": [1, "|"]},
         "due_ms": 1700000000123,
         "fired_ms": 1700000000130,

@@ -31,6 +31,7 @@ class NodeProcess(nodes.NodeProcess):
         log_dir: Path,
         name: str,
         extra_env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -38,6 +39,7 @@ class NodeProcess(nodes.NodeProcess):
             settings=settings,
             node_id=name,
             env={**FAST_FAILOVER, **(extra_env or {})},
+            cwd=cwd,
         )
 
 

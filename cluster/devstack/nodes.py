@@ -70,7 +70,8 @@ class NodeProcess:
     node_id), then ``node_id``, then ``env``. ``log_level`` is the node's --log-level
     (default: the CLI's, INFO). ``command`` is the CLI command to run: "node", or
     "ingress" (`delayq ingress`, which writes and deletes its ready file the same way).
-    The process starts at once; ``wait_ready`` waits for it.
+    ``cwd``: the folder it runs in, whose ``cluster`` package it runs (another release's
+    tree, say). The process starts at once; ``wait_ready`` waits for it.
     """
 
     def __init__(
@@ -83,6 +84,7 @@ class NodeProcess:
         env: Mapping[str, str] | None = None,
         log_level: str | None = None,
         command: str = "node",
+        cwd: Path | None = None,
     ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
@@ -112,6 +114,7 @@ class NodeProcess:
             self.proc = subprocess.Popen(
                 argv,
                 env=full_env,
+                cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -55,11 +55,21 @@ local function envelope_field(fields, name)
   return tonumber(priority)
 end
 
+-- Where an envelope's <fields> start: after the seq (SEQ_DIGITS) and its "|".
+local FIELDS_AT = SEQ_DIGITS + 2
+
+-- An envelope's <fields> alone (plain finds: it is read for every job claimed).
+local function envelope_fields(v)
+  return string.sub(v, FIELDS_AT, string.find(v, '|', FIELDS_AT, true) - 1)
+end
+
 -- An envelope's seq (hex), <fields>, due_ms (strings) and the index where its tail
 -- starts.
 local function envelope_header(v)
-  local _, header_end, seq, fields, due = string.find(v, '^(%x+)|([^|]+)|(%-?%d+)|')
-  return seq, fields, due, header_end + 1
+  local fields_end = string.find(v, '|', FIELDS_AT, true)
+  local due_end = string.find(v, '|', fields_end + 1, true)
+  return string.sub(v, 1, SEQ_DIGITS), string.sub(v, FIELDS_AT, fields_end - 1),
+    string.sub(v, fields_end + 1, due_end - 1), due_end + 1
 end
 
 -- Returns seq (hex), max_attempts (a number), due_ms (a string), the index where the
@@ -85,8 +95,7 @@ end
 
 -- field_score for a whole envelope.
 local function score_of(v, due)
-  local _, fields = envelope_header(v)
-  return field_score(fields, due)
+  return field_score(envelope_fields(v), due)
 end
 
 -- The due ms of a delay score (a priority makes it up to 1 ms lower).
@@ -97,10 +106,10 @@ end
 -- The last ms at which a job may be published (due_ms + expires_after_ms), or nil when
 -- it does not expire.
 local function expires_at(v)
-  local _, fields, due = envelope_header(v)
-  local expiry = envelope_field(fields, FIELD_EXPIRES_AFTER_MS)
-  if expiry then return tonumber(due) + expiry end
-  return nil
+  local expiry = envelope_field(envelope_fields(v), FIELD_EXPIRES_AFTER_MS)
+  if not expiry then return nil end
+  local _, _, due = envelope_header(v)
+  return tonumber(due) + expiry
 end
 
 -- Whether an envelope is lean: its header alone, its tail not loaded yet.

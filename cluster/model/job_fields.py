@@ -53,6 +53,7 @@ class JobField:
     recheck: Callable[[object], Any] | None = None
     default: object = None  # what schedule() and Job default to
     attr: str = ""  # its name on ValidJob, JobRecord and Definition ("": name)
+    kept_always: bool = False  # a kept value is never None (absent: a default fills in)
     column: str | None = None  # its MySQL column in the job and recurring tables
     column_type: type = str  # what a value read from that column is made into
     per_mille: bool = False  # given in seconds, kept in ms (attr and column)
@@ -232,6 +233,7 @@ FIELDS: tuple[JobField, ...] = (
         "int | None",
         "publish attempts before the job is dead (default: default_max_attempts)",
         check=_max_attempts_or_default,
+        kept_always=True,
         recheck=check_max_attempts,
         column="max_attempts",
         column_type=int,
@@ -261,6 +263,7 @@ FIELDS: tuple[JobField, ...] = (
         "int | None",
         f"among jobs due at the same millisecond, higher fires first; 0..{PRIORITY_MAX}, default 0",
         check=lambda value, _: check_priority(value),
+        kept_always=True,
         recheck=check_priority,
         column="priority",
         column_type=int,

@@ -15,6 +15,7 @@ JSON and size; the settings' allowed topics).
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 from collections.abc import Callable
@@ -280,6 +281,34 @@ OPTIONS: tuple[JobField, ...] = tuple(job_field for job_field in FIELDS if job_f
 OPTION_NAMES = frozenset(option.name for option in OPTIONS)
 JOB_KEYS = frozenset(BY_NAME)
 REQUIRED_KEYS = tuple(job_field.name for job_field in FIELDS if job_field.required)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job for schedule_many(); the same fields as schedule()'s arguments (FIELDS)."""
+
+    topic: str
+    payload: Any
+    delay: float | None = None
+    at: dt.datetime | float | None = None
+    job_id: str | None = None
+    biz_id: str | None = None
+    biz_type: str | None = None
+    max_attempts: int | None = None
+    expires_after: float | None = None
+    priority: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeptOptions:
+    """A job's options as validated, under their `kept_as` names: the keyword fields of
+    ValidJob, JobRecord and a recurring Definition, which inherit them."""
+
+    biz_id: str | None = None
+    biz_type: str | None = None
+    max_attempts: int
+    expires_after_ms: int | None = None  # not published after due_ms + this
+    priority: int = 0  # among jobs due at the same ms, higher fires first
 
 
 class JobOptions(TypedDict, total=False):

@@ -37,10 +37,14 @@ from cluster.model.job_fields import (
 )
 from cluster.model.job_fields import (
     REQUIRED_KEYS,
+    KeptOptions,
     check_chars,
     checked_options,
     finite_number,
     refuse_unknown_options,
+)
+from cluster.model.job_fields import (
+    Job as Job,
 )
 from cluster.model.job_fields import (
     JobOptions as JobOptions,
@@ -62,34 +66,14 @@ _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 @dataclass(frozen=True)
-class Job:
-    """One job for schedule_many(); the same fields as schedule()'s arguments."""
-
-    topic: str
-    payload: Any
-    delay: float | None = None
-    at: dt.datetime | float | None = None
-    job_id: str | None = None
-    biz_id: str | None = None
-    biz_type: str | None = None
-    max_attempts: int | None = None
-    expires_after: float | None = None
-    priority: int | None = None
-
-
-@dataclass(frozen=True)
-class ValidJob:
-    """A job that passed validation, with its due time fixed and its JSON made."""
+class ValidJob(KeptOptions):
+    """A job that passed validation, with its due time fixed and its JSON made; its
+    options (biz_id, max_attempts, priority, ...) are keyword fields of KeptOptions."""
 
     job_id: str
     topic: str
-    biz_id: str | None
-    biz_type: str | None
     due_ms: int
-    max_attempts: int
     payload_json: bytes
-    expires_after_ms: int | None = None  # not published after due_ms + this
-    priority: int = 0  # among jobs due at the same ms, higher fires first
 
     @property
     def tail(self) -> bytes:

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.model.job_fields import OPTIONS, kept_options
+from cluster.model.job_fields import OPTIONS, KeptOptions, kept_options
 from cluster.model.jobs import ValidJob
 from cluster.model.keys import shard_of, slot_of
 from cluster.model.tick_ids import tick_job_id
@@ -29,19 +29,15 @@ from cluster.store.sql import datetime_to_ms, ms_to_datetime
 
 
 @dataclass(frozen=True)
-class Definition:
-    """What a recurring schedule fires and when (validated: cluster/client/recurring.py)."""
+class Definition(KeptOptions):
+    """What a recurring schedule fires and when (validated: cluster/client/recurring.py);
+    its options (KeptOptions' keyword fields) are every tick job's."""
 
     name: str
     topic: str
     payload_json: bytes
-    biz_id: str | None
-    biz_type: str | None
-    max_attempts: int
     cadence: Cadence
     missed: Missed
-    expires_after_ms: int | None = None  # every tick job's; None: ticks never expire
-    priority: int = 0  # every tick job's
 
     def tick_jobs(self, generation: int, ticks: Sequence[int]) -> list[ValidJob]:
         """The jobs these ticks of this definition's generation are."""

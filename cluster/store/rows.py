@@ -10,30 +10,26 @@ from typing import Any
 
 from cluster.model.contract import JobStatus
 from cluster.model.envelope import make_tail
-from cluster.model.job_fields import OPTIONS
+from cluster.model.job_fields import OPTIONS, KeptOptions
 from cluster.model.tick_ids import parse_tick_id
 from cluster.store import sql
 
 
 @dataclass(frozen=True)
-class JobRecord:
-    """What get() returns: the durable state of one job."""
+class JobRecord(KeptOptions):
+    """What get() returns: the durable state of one job; its options (biz_id,
+    max_attempts, priority, ...) are keyword fields of KeptOptions."""
 
     job_id: str
     topic: str
-    biz_id: str | None
-    biz_type: str | None
     status: JobStatus
     due_ms: int
     attempts: int
-    max_attempts: int
     payload_json: str
     slot: int
     last_error: str | None
     created_ms: int
     modified_ms: int
-    expires_after_ms: int | None = None  # never published after due_ms + this
-    priority: int = 0  # among jobs due at the same ms, higher fires first
 
     @property
     def due(self) -> dt.datetime:

@@ -19,7 +19,14 @@ from cluster.client.job_json import job_from_json, record_json
 from cluster.errors import InvalidJob
 from cluster.model.contract import JobStatus
 from cluster.model.job_bounds import check_valid_job
-from cluster.model.job_fields import FIELDS, JOB_KEYS, OPTION_NAMES, OPTIONS, JobOptions
+from cluster.model.job_fields import (
+    FIELDS,
+    JOB_KEYS,
+    OPTION_NAMES,
+    OPTIONS,
+    JobOptions,
+    KeptOptions,
+)
 from cluster.model.jobs import Job, ValidJob, validate, validate_job
 from cluster.settings.config import Settings
 from cluster.store.recurring_store import Definition
@@ -64,8 +71,18 @@ def test_the_public_job_dataclass_is_the_declared_fields() -> None:
             assert f.default is declared[f.name].default, f.name
 
 
+def test_kept_options_are_the_declared_options() -> None:
+    kept = {f.name: f for f in dataclasses.fields(KeptOptions)}
+    assert list(kept) == [option.kept_as for option in OPTIONS]
+    assert all(f.kw_only for f in kept.values())
+    for option in OPTIONS:
+        # An option a default fills in is never None once kept, and the reverse.
+        assert ("None" not in str(kept[option.kept_as].type)) == option.kept_always, option.name
+
+
 @pytest.mark.parametrize("kept", [ValidJob, JobRecord, Definition], ids=lambda c: c.__name__)
 def test_every_kept_form_has_every_option(kept: type) -> None:
+    assert issubclass(kept, KeptOptions)
     assert {option.kept_as for option in OPTIONS} <= {f.name for f in dataclasses.fields(kept)}
 
 

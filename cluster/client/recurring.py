@@ -32,7 +32,7 @@ import pymysql
 from cluster.errors import InvalidJob
 from cluster.model.changes import CancelResult
 from cluster.model.contract import WAITING_STATUSES, JobStatus
-from cluster.model.job_fields import kept_options
+from cluster.model.job_fields import OPTIONS, JobField, kept_options
 from cluster.model.jobs import now_ms, validate
 from cluster.model.tick_ids import tick_job_id
 from cluster.model.ticks import MIN_EVERY_MS, Cadence, Missed, check_cron, plan, zone_of
@@ -300,6 +300,12 @@ class RecurringSchedules:
         return await self.store.list_all(removed=removed)
 
 
+def shown_key(option: JobField) -> str:
+    """An option's key in a schedule's JSON (describe): one given in seconds says so
+    ("expires_after_s")."""
+    return f"{option.name}_s" if option.per_mille else option.name
+
+
 def describe(schedule: RecurringSchedule) -> dict[str, Any]:
     """A schedule as JSON-ready values (the CLI prints it)."""
     definition = schedule.definition
@@ -313,13 +319,10 @@ def describe(schedule: RecurringSchedule) -> dict[str, Any]:
         "start_ms": cadence.start_ms,
         "end_ms": cadence.end_ms,
         "missed": str(definition.missed),
-        "biz_id": definition.biz_id,
-        "biz_type": definition.biz_type,
-        "max_attempts": definition.max_attempts,
-        "expires_after_s": (
-            None if definition.expires_after_ms is None else definition.expires_after_ms / 1000
-        ),
-        "priority": definition.priority,
+        **{
+            shown_key(option): option.shown(getattr(definition, option.kept_as))
+            for option in OPTIONS
+        },
         "payload": definition.payload_json.decode(),
         "generation": schedule.generation,
         "removed": schedule.removed,

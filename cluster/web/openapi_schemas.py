@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from cluster.client.delay_client import MAX_BATCH
-from cluster.model.job_fields import BY_NAME
+from cluster.client.recurring import shown_key
+from cluster.model.job_fields import BY_NAME, OPTIONS
 from cluster.model.tick_ids import RECURRING_PREFIX
 from cluster.model.ticks import MIN_EVERY_MS, Missed
 from cluster.web.api import DEAD_SELECTION_MAX
@@ -24,9 +25,13 @@ from cluster.web.openapi_fields import (
     TOPIC,
     exactly_one,
     nullable,
+    option_record_schema,
     ref,
 )
 from cluster.web.problems import KINDS
+
+# A schedule's options as describe() shows them (GET /v1/recurring/{name}).
+SCHEDULE_OPTION_SCHEMAS = {shown_key(option): option_record_schema(option) for option in OPTIONS}
 
 SCHEMAS: dict[str, Any] = {
     "JobRequest": {
@@ -280,10 +285,7 @@ SCHEMAS: dict[str, Any] = {
             "start_ms",
             "end_ms",
             "missed",
-            "biz_id",
-            "biz_type",
-            "max_attempts",
-            "expires_after_s",
+            *SCHEDULE_OPTION_SCHEMAS,
             "generation",
             "removed",
             "next_ms",
@@ -300,11 +302,7 @@ SCHEMAS: dict[str, Any] = {
             "start_ms": nullable("integer"),
             "end_ms": nullable("integer"),
             "missed": {"type": "string", "enum": [str(m) for m in Missed]},
-            "biz_id": nullable("string"),
-            "biz_type": nullable("string"),
-            "max_attempts": {"type": "integer"},
-            "expires_after_s": nullable("number"),
-            "priority": {"type": "integer"},
+            **SCHEDULE_OPTION_SCHEMAS,
             "generation": {"type": "integer", "description": "definitions the name has had"},
             "removed": {"type": "boolean"},
             "paused": {"type": "boolean", "description": "no ticks until resumed"},

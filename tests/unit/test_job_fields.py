@@ -204,3 +204,42 @@ def test_the_row_columns_are_the_declared_stored_fields() -> None:
     for option in OPTIONS:
         assert shown[option.name] == option.shown(getattr(record, option.kept_as))
     assert shown["expires_after"] == 1.5
+
+
+def test_a_recurring_schedule_shows_every_option() -> None:
+    from cluster.client.recurring import describe, shown_key, validate_recurring
+    from cluster.store.recurring_store import RecurringSchedule
+    from cluster.web.openapi import openapi_document
+
+    definition = validate_recurring(
+        name="n",
+        topic="t",
+        payload=1,
+        cron=None,
+        every=60,
+        tz=None,
+        start_at=None,
+        end_at=None,
+        missed="skip",
+        settings=SETTINGS,
+        expires_after=2,
+        priority=3,
+    )
+    schedule = RecurringSchedule(
+        definition=definition,
+        slot=0,
+        generation=1,
+        removed=False,
+        next_tick_ms=None,
+        last_tick_ms=None,
+        epoch=0,
+        created_ms=0,
+        modified_ms=0,
+    )
+    shown = describe(schedule)
+    schema = openapi_document(SETTINGS)["components"]["schemas"]["Recurring"]
+    for option in OPTIONS:
+        key = shown_key(option)
+        assert key in shown and key in schema["required"] and key in schema["properties"]
+    assert (shown["expires_after_s"], shown["priority"]) == (2, 3)
+    assert [job.priority for job in definition.tick_jobs(1, [5, 6])] == [3, 3]

@@ -64,6 +64,7 @@ class JobField:
     # JSON Schema of a value given over HTTP (null is added for an optional field);
     # "text" adds the pattern refusing control characters (cluster/web/openapi_fields.py).
     json_schema: dict[str, Any] = field(default_factory=dict)
+    maximum_setting: str | None = None  # the setting that is its JSON Schema maximum
     text: bool = False
     cli_kind: CliKind = "text"  # how --name's value is read
     cli_metavar: str | None = None
@@ -256,6 +257,7 @@ FIELDS: tuple[JobField, ...] = (
         per_mille=True,
         envelope=True,
         json_schema={"type": "number", "exclusiveMinimum": 0},
+        maximum_setting="max_delay_s",
         cli_kind="duration",
         cli_metavar="D",
     ),

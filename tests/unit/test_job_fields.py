@@ -144,6 +144,8 @@ def test_the_openapi_job_schemas_have_the_declared_fields() -> None:
         for bound, value in option.json_schema.items():
             if bound != "type":
                 assert schema[bound] == value, (option.name, bound)
+        if option.maximum_setting is not None:
+            assert schema["maximum"] == getattr(SETTINGS, option.maximum_setting)
 
 
 def test_delayq_schedule_has_one_option_per_declared_option() -> None:

@@ -31,6 +31,7 @@ _NOT_MOVED = {
 
 
 def schedule(settings: Settings, args: argparse.Namespace) -> int:
+    from cluster.model.job_fields import OPTIONS
     from cluster.model.jobs import validate
 
     try:
@@ -41,12 +42,8 @@ def schedule(settings: Settings, args: argparse.Namespace) -> int:
             delay=args.delay,
             at=args.at,
             job_id=args.job_id,
-            biz_id=args.biz_id,
-            biz_type=args.biz_type,
-            max_attempts=args.max_attempts,
             settings=settings,
-            expires_after=args.expires_after,
-            priority=args.priority,
+            **{option.name: getattr(args, option.name) for option in OPTIONS},
         )
     except InvalidJob as exc:
         print(f"delayq schedule: {shown(exc)}; nothing scheduled", file=sys.stderr)

@@ -10,6 +10,7 @@ from cluster.cli.output import shown
 from cluster.cli.parser_actions import add_actions
 from cluster.cli.parser_recurring import add_recurring
 from cluster.cli.parser_search import add_search
+from cluster.model.job_fields import OPTIONS
 
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -233,8 +234,9 @@ def _add_ingress(commands: Commands) -> None:
         help="schedule the jobs produced to ingress_topic, until SIGTERM or SIGINT",
         description="Run a Kafka ingress: read the records of ingress_topic in the consumer "
         "group ingress_group, schedule each one as a job (a JSON object with the fields of a "
-        "job request: topic, payload, delay or at, and job_id, biz_id, biz_type, "
-        "max_attempts, expires_after, priority), send the records that are not valid jobs "
+        "job request: topic, payload, delay or at, and job_id, "
+        + ", ".join(option.name for option in OPTIONS)
+        + "), send the records that are not valid jobs "
         "to the error topic with the reason, and commit a round's offsets only once its "
         "jobs are stored and its error records acknowledged. A record without a job_id "
         "is given one derived from its topic, partition, offset and timestamp, so a "

@@ -8,9 +8,11 @@ import argparse
 import datetime as dt
 import math
 import re
+from collections.abc import Callable
 from typing import TypeAlias
 
 from cluster.cli.output import shown
+from cluster.model.job_fields import OPTIONS, CliKind, JobField
 
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -50,26 +52,8 @@ def _add_schedule(commands: Commands) -> None:
     )
     _add_when(schedule)
     schedule.add_argument("--job-id", help="the job's id (default: a new one)")
-    schedule.add_argument("--biz-id", help="a business key, for your own lookups")
-    schedule.add_argument("--biz-type", help="a business type, for your own lookups")
-    schedule.add_argument(
-        "--max-attempts",
-        type=int,
-        metavar="N",
-        help="publish attempts before the job is dead (default: default_max_attempts)",
-    )
-    schedule.add_argument(
-        "--priority",
-        type=int,
-        metavar="P",
-        help="0..1000 (default 0): among jobs due at the same ms, higher fires first",
-    )
-    schedule.add_argument(
-        "--expires-after",
-        type=duration_s,
-        metavar="D",
-        help="never publish it later than this after its due time: it expires instead",
-    )
+    for option in OPTIONS:
+        _add_option(schedule, option)
     schedule.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -126,3 +110,23 @@ def _aware(text: str) -> dt.datetime:
     if when.tzinfo is None:
         raise ValueError("give the time's zone, e.g. 2026-12-01T08:00:00Z or +02:00")
     return when
+
+
+# How `delayq schedule` reads each kind of option (cluster/model/job_fields.py), and
+# what its help adds.
+_READERS: dict[CliKind, tuple[Callable[[str], object], str]] = {
+    "text": (str, ""),
+    "int": (int, ""),
+    "duration": (duration_s, " (a duration: 30s, 5m, 2h, 1d, 1500ms; a bare number is seconds)"),
+}
+
+
+def _add_option(schedule: argparse.ArgumentParser, option: JobField) -> None:
+    """--name for a job option, read and described as its declaration says."""
+    read, more = _READERS[option.cli_kind]
+    schedule.add_argument(
+        "--" + option.name.replace("_", "-"),
+        type=read,
+        metavar=option.cli_metavar,
+        help=option.doc + more,
+    )

@@ -23,7 +23,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 from cluster.client.counts import PendingCounts, pending_counts
 from cluster.client.dead_letters import DeadJob, DeadLetters
@@ -50,6 +50,7 @@ from cluster.connections.redis_conn import RedisClient
 from cluster.errors import InvalidJob, StoreUnavailable
 from cluster.model.changes import CancelResult, RescheduleResult
 from cluster.model.job_bounds import check_valid_job
+from cluster.model.job_fields import JobOptions
 from cluster.model.jobs import Job, ValidJob, check_job_id, check_topic, due_ms_of, validate
 from cluster.model.keys import KeySpace
 from cluster.scripts.facade import Scripts
@@ -156,11 +157,7 @@ class DelayClient(RecurringActions, JobSearchActions):
         delay: float | None = None,
         at: dt.datetime | float | None = None,
         job_id: str | None = None,
-        biz_id: str | None = None,
-        biz_type: str | None = None,
-        max_attempts: int | None = None,
-        expires_after: float | None = None,
-        priority: int | None = None,
+        **options: Unpack[JobOptions],
     ) -> str:
         """Schedule one job; returns its job_id. The same job_id twice is one job.
 
@@ -176,12 +173,8 @@ class DelayClient(RecurringActions, JobSearchActions):
             delay=delay,
             at=at,
             job_id=job_id,
-            biz_id=biz_id,
-            biz_type=biz_type,
-            max_attempts=max_attempts,
             settings=self.settings,
-            expires_after=expires_after,
-            priority=priority,
+            **options,
         )
         await self._open.writes.store([job], keyed={job.job_id} if job_id is not None else set())
         return job.job_id
@@ -227,11 +220,7 @@ class DelayClient(RecurringActions, JobSearchActions):
         delay: float | None = None,
         at: dt.datetime | float | None = None,
         job_id: str | None = None,
-        biz_id: str | None = None,
-        biz_type: str | None = None,
-        max_attempts: int | None = None,
-        expires_after: float | None = None,
-        priority: int | None = None,
+        **options: Unpack[JobOptions],
     ) -> str:
         """Schedule one job inside the caller's own MySQL transaction; returns its job_id.
 
@@ -251,12 +240,8 @@ class DelayClient(RecurringActions, JobSearchActions):
             delay=delay,
             at=at,
             job_id=job_id,
-            biz_id=biz_id,
-            biz_type=biz_type,
-            max_attempts=max_attempts,
             settings=self.settings,
-            expires_after=expires_after,
-            priority=priority,
+            **options,
         )
         # Works on a client that is not open: the write uses the caller's connection.
         await schedule_in_transaction(self.mysql, conn, job)
@@ -376,12 +361,8 @@ class DelayClient(RecurringActions, JobSearchActions):
         tz: str | None = None,
         start_at: dt.datetime | float | None = None,
         end_at: dt.datetime | float | None = None,
-        biz_id: str | None = None,
-        biz_type: str | None = None,
-        max_attempts: int | None = None,
         missed: str = "fire_once",
-        expires_after: float | None = None,
-        priority: int | None = None,
+        **options: Unpack[JobOptions],
     ) -> RecurringSchedule:
         """Fire `payload` to `topic` at every tick of a schedule, each tick once, as an
         ordinary job whose record also carries "recurring" (the name) and "tick_ms".
@@ -408,13 +389,9 @@ class DelayClient(RecurringActions, JobSearchActions):
             tz=tz,
             start_at=start_at,
             end_at=end_at,
-            biz_id=biz_id,
-            biz_type=biz_type,
-            max_attempts=max_attempts,
             missed=missed,
             settings=self.settings,
-            expires_after=expires_after,
-            priority=priority,
+            **options,
         )
         try:
             return await self._open.schedules.put(definition)

@@ -1,8 +1,9 @@
 """Jobs as JSON, for producers that are not Python: the fields of a job request (an HTTP
 body of `delayq web`, a record of the ingress topic) in, a job's durable record out.
 
-A request has schedule()'s argument names. JSON has no datetime, so `at` is epoch
-seconds (a number) or an RFC 3339 time with its offset ("2026-11-24T09:00:00Z").
+A request has schedule()'s argument names (cluster/model/job_fields.py FIELDS). JSON has
+no datetime, so `at` is epoch seconds (a number) or an RFC 3339 time with its offset
+("2026-11-24T09:00:00Z").
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ import orjson
 from cluster.client.dead_letters import DeadJob
 from cluster.errors import InvalidJob
 from cluster.model.contract import JobStatus
-from cluster.model.jobs import JOB_KEYS
+from cluster.model.job_fields import JOB_KEYS, OPTIONS
 from cluster.store.rows import JobRecord
 
+# The options whose JSON value is an integer (cluster/model/job_fields.py).
+_INTEGER_OPTIONS = tuple(
+    option.name for option in OPTIONS if option.json_schema["type"] == "integer"
+)
 # The longest RFC 3339 time worth parsing ("2026-11-24T09:00:00.123456+05:30" is 32).
 _AT_MAX_CHARS = 40
 
@@ -33,7 +38,7 @@ def job_from_json(value: object) -> dict[str, Any]:
     if "topic" not in value or "payload" not in value:
         raise InvalidJob("a job needs 'topic' and 'payload'")
     job = dict(value)
-    for field in ("max_attempts", "priority"):
+    for field in _INTEGER_OPTIONS:
         number = job.get(field)
         if isinstance(number, float) and number.is_integer():
             job[field] = int(number)  # JSON has one number type: 3.0 is 3
@@ -80,13 +85,11 @@ def record_json(record: JobRecord) -> dict[str, Any]:
     return {
         "job_id": record.job_id,
         "topic": record.topic,
-        "biz_id": record.biz_id,
-        "biz_type": record.biz_type,
+        **{option.name: option.shown(getattr(record, option.kept_as)) for option in OPTIONS},
         "status": record.status.name.lower(),
         "due_ms": record.due_ms,
         "due": _iso(record.due_ms),
         "attempts": record.attempts,
-        "max_attempts": record.max_attempts,
         "payload": orjson.loads(record.payload_json),
         "slot": record.slot,
         "last_error": record.last_error,
@@ -94,10 +97,6 @@ def record_json(record: JobRecord) -> dict[str, Any]:
         "modified_ms": record.modified_ms,
         "recurring": record.recurring,
         "tick_ms": record.tick_ms,
-        "expires_after": None
-        if record.expires_after_ms is None
-        else record.expires_after_ms / 1000,
-        "priority": record.priority,
     }
 
 

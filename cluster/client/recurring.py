@@ -32,6 +32,7 @@ import pymysql
 from cluster.errors import InvalidJob
 from cluster.model.changes import CancelResult
 from cluster.model.contract import WAITING_STATUSES, JobStatus
+from cluster.model.job_fields import OPTIONS, JobField, kept_options
 from cluster.model.jobs import now_ms, validate
 from cluster.model.tick_ids import tick_job_id
 from cluster.model.ticks import MIN_EVERY_MS, Cadence, Missed, check_cron, plan, zone_of
@@ -113,14 +114,10 @@ def validate_recurring(
     tz: object,
     start_at: object,
     end_at: object,
-    biz_id: object,
-    biz_type: object,
-    max_attempts: object,
     missed: object,
     settings: Settings,
     now: int | None = None,
-    expires_after: object = None,
-    priority: object = None,
+    **options: object,
 ) -> Definition:
     """Check every argument of schedule_recurring(); InvalidJob names the first bad one."""
     current = now_ms() if now is None else now
@@ -132,13 +129,9 @@ def validate_recurring(
         delay=0,
         at=None,
         job_id=None,
-        biz_id=biz_id,
-        biz_type=biz_type,
-        max_attempts=max_attempts,
         settings=settings,
         now=current,
-        expires_after=expires_after,
-        priority=priority,
+        **options,
     )
     if (cron is None) == (every is None):
         raise InvalidJob("give exactly one of cron= (an expression) or every= (an interval)")
@@ -182,13 +175,9 @@ def validate_recurring(
         name=name,
         topic=job.topic,
         payload_json=job.payload_json,
-        biz_id=job.biz_id,
-        biz_type=job.biz_type,
-        max_attempts=job.max_attempts,
         cadence=cadence,
         missed=policy,
-        expires_after_ms=job.expires_after_ms,
-        priority=job.priority,
+        **kept_options(job),
     )
 
 
@@ -311,6 +300,12 @@ class RecurringSchedules:
         return await self.store.list_all(removed=removed)
 
 
+def shown_key(option: JobField) -> str:
+    """An option's key in a schedule's JSON (describe): one given in seconds says so
+    ("expires_after_s")."""
+    return f"{option.name}_s" if option.per_mille else option.name
+
+
 def describe(schedule: RecurringSchedule) -> dict[str, Any]:
     """A schedule as JSON-ready values (the CLI prints it)."""
     definition = schedule.definition
@@ -324,13 +319,10 @@ def describe(schedule: RecurringSchedule) -> dict[str, Any]:
         "start_ms": cadence.start_ms,
         "end_ms": cadence.end_ms,
         "missed": str(definition.missed),
-        "biz_id": definition.biz_id,
-        "biz_type": definition.biz_type,
-        "max_attempts": definition.max_attempts,
-        "expires_after_s": (
-            None if definition.expires_after_ms is None else definition.expires_after_ms / 1000
-        ),
-        "priority": definition.priority,
+        **{
+            shown_key(option): option.shown(getattr(definition, option.kept_as))
+            for option in OPTIONS
+        },
         "payload": definition.payload_json.decode(),
         "generation": schedule.generation,
         "removed": schedule.removed,

@@ -7,8 +7,8 @@
         value = error_record(outcome, refused_ms=now_ms())  # for the error topic
 
 A record's value is a JSON object with the fields of a job request (cluster/client/job_json.py):
-topic, payload, delay or at, and optionally job_id, biz_id, biz_type, max_attempts,
-expires_after, priority (cluster.model.jobs.JOB_KEYS; any other field is refused). A
+topic, payload, delay or at, and optionally job_id and the job's options (the fields
+cluster/model/job_fields.py declares, JOB_KEYS; any other field is refused). A
 record without a job_id (or with "job_id": null) gets one derived from where the record
 sits in Kafka (derived_job_id), so the same record read twice, after a crash or a
 rebalance, is the same job. docs/ingress.md describes both formats.

@@ -3,7 +3,10 @@ scripts, the client and the node.
 
 May import: cluster.errors, cluster.settings.
 
-- ``jobs``: ``Job``, its validation (``InvalidJob``, ``ValidJob``), the limits
+- ``job_fields``: the one declaration of a job's fields (``FIELDS``), ``Job``, the
+  options' checks and limits; the client, HTTP, CLI, ingress and MySQL derive from it
+- ``jobs``: a job's validation (``InvalidJob``, ``ValidJob``), ``Job`` re-exported
+- ``job_bounds``: a ValidJob made elsewhere, checked again before it is stored
 - ``contract``: statuses and reply codes shared by Python, Lua and SQL (the Lua side is
   generated from it: ``make contract``)
 - ``keys``: every Redis key name, the slot of a job

@@ -19,52 +19,61 @@ from typing import Any
 import orjson
 
 from cluster.errors import InvalidJob
-from cluster.model.contract import PRIORITY_MAX
 from cluster.model.envelope import make_tail
+from cluster.model.job_fields import (
+    BIZ_ID_MAX_CHARS as BIZ_ID_MAX_CHARS,
+)
+from cluster.model.job_fields import (
+    BIZ_TYPE_MAX_CHARS as BIZ_TYPE_MAX_CHARS,
+)
+from cluster.model.job_fields import (
+    JOB_ID_MAX_CHARS as JOB_ID_MAX_CHARS,
+)
+from cluster.model.job_fields import (
+    JOB_KEYS as JOB_KEYS,
+)
+from cluster.model.job_fields import (
+    MAX_ATTEMPTS_LIMIT as MAX_ATTEMPTS_LIMIT,
+)
+from cluster.model.job_fields import (
+    REQUIRED_KEYS,
+    KeptOptions,
+    check_chars,
+    checked_options,
+    finite_number,
+    refuse_unknown_options,
+)
+from cluster.model.job_fields import (
+    Job as Job,
+)
+from cluster.model.job_fields import (
+    JobOptions as JobOptions,
+)
+from cluster.model.job_fields import (
+    check_expires_after as check_expires_after,
+)
+from cluster.model.job_fields import (
+    check_max_attempts as check_max_attempts,
+)
+from cluster.model.job_fields import (
+    check_priority as check_priority,
+)
 from cluster.model.tick_ids import RECURRING_PREFIX
 from cluster.settings.config import Settings
 
 # Kafka's own rule for topic names (used with fullmatch: "$" would accept a final "\n").
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
-# Characters a terminal, log viewer or editor interprets rather than shows: C0 and C1
-# controls and DEL, and the bidirectional controls that reorder displayed text (LRM,
-# RLM, ALM, the embeddings and overrides U+202A-U+202E, the isolates U+2066-U+2069).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-JOB_ID_MAX_CHARS = 200
-BIZ_ID_MAX_CHARS = 200
-BIZ_TYPE_MAX_CHARS = 64
-MAX_ATTEMPTS_LIMIT = 1000
 
 
 @dataclass(frozen=True)
-class Job:
-    """One job for schedule_many(); the same fields as schedule()'s arguments."""
-
-    topic: str
-    payload: Any
-    delay: float | None = None
-    at: dt.datetime | float | None = None
-    job_id: str | None = None
-    biz_id: str | None = None
-    biz_type: str | None = None
-    max_attempts: int | None = None
-    expires_after: float | None = None
-    priority: int | None = None
-
-
-@dataclass(frozen=True)
-class ValidJob:
-    """A job that passed validation, with its due time fixed and its JSON made."""
+class ValidJob(KeptOptions):
+    """A job that passed validation, with its due time fixed and its JSON made; its
+    options (biz_id, max_attempts, priority, ...) are keyword fields of KeptOptions."""
 
     job_id: str
     topic: str
-    biz_id: str | None
-    biz_type: str | None
     due_ms: int
-    max_attempts: int
     payload_json: bytes
-    expires_after_ms: int | None = None  # not published after due_ms + this
-    priority: int = 0  # among jobs due at the same ms, higher fires first
 
     @property
     def tail(self) -> bytes:
@@ -105,16 +114,6 @@ def new_job_id() -> str:
     return f"{now_ms():012x}{_random_hex[at : at + 20]}"
 
 
-def _check_chars(name: str, value: str) -> None:
-    if _CONTROL.search(value):
-        raise InvalidJob(f"{name} must not contain control characters")
-    if not value.isascii():
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise InvalidJob(f"{name} is not valid Unicode (a lone surrogate)") from None
-
-
 def check_job_id(job_id: object) -> str:
     if not isinstance(job_id, str):
         raise InvalidJob(f"job_id must be a str, got {type(job_id).__name__}")
@@ -127,7 +126,7 @@ def check_job_id(job_id: object) -> str:
             "job_id must not end with a space (MySQL would take it for the id without "
             f"its trailing spaces): {job_id!r}"
         )
-    _check_chars("job_id", job_id)
+    check_chars("job_id", job_id)
     return job_id
 
 
@@ -236,33 +235,6 @@ def check_allowed_topic(topic: str, settings: Settings) -> str:
     return topic
 
 
-def _check_text(name: str, value: object, max_chars: int) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidJob(f"{name} must be a str or None, got {type(value).__name__}")
-    if not value or len(value) > max_chars:
-        raise InvalidJob(f"{name} must be 1..{max_chars} characters")
-    if value[0].isspace() or value[-1].isspace():
-        # MySQL's PAD SPACE collation takes 'X ' for 'X': a search or bulk cancel of
-        # one would match the other. Refused for jobs and filters alike.
-        raise InvalidJob(f"{name} must not start or end with whitespace: {value!r}")
-    _check_chars(name, value)
-    return value
-
-
-def _finite_number(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidJob(f"{name} must be a number, got {type(value).__name__}")
-    try:
-        number = float(value)
-    except OverflowError:  # an int too large for a float
-        raise InvalidJob(f"{name} is out of range") from None
-    if not math.isfinite(number):
-        raise InvalidJob(f"{name} must be finite, got {value!r}")
-    return number
-
-
 def _too_far(settings: Settings) -> InvalidJob:
     return InvalidJob(f"due time is more than max_delay_s={settings.max_delay_s:g} seconds ahead")
 
@@ -273,7 +245,7 @@ def due_ms_of(delay: object, at: object, settings: Settings, now: int | None = N
         raise InvalidJob("give exactly one of delay= (seconds) or at= (time)")
     current = now_ms() if now is None else now
     if delay is not None:
-        seconds = _finite_number("delay", delay)
+        seconds = finite_number("delay", delay)
         if seconds < 0:
             raise InvalidJob(f"delay must be >= 0 seconds, got {delay!r}")
         if seconds > settings.max_delay_s:
@@ -284,7 +256,7 @@ def due_ms_of(delay: object, at: object, settings: Settings, now: int | None = N
             raise InvalidJob("at must be a timezone-aware datetime")
         due = round(at.timestamp() * 1000)
     else:
-        seconds = _finite_number("at", at)
+        seconds = finite_number("at", at)
         if seconds < 0:
             raise InvalidJob(f"at must be epoch seconds >= 0, got {at!r}")
         if seconds > current / 1000 + settings.max_delay_s:
@@ -295,68 +267,25 @@ def due_ms_of(delay: object, at: object, settings: Settings, now: int | None = N
     return max(due, 0)
 
 
-def check_expires_after(value: object, settings: Settings) -> int | None:
-    """expires_after (seconds after the due time, more than 0 and at most max_delay_s)
-    in ms, at least 1; None when not given."""
-    if value is None:
-        return None
-    seconds = _finite_number("expires_after", value)
-    if not seconds > 0:
-        raise InvalidJob(f"expires_after must be more than 0 seconds, got {value!r}")
-    if seconds > settings.max_delay_s:
-        raise InvalidJob(
-            f"expires_after must be at most max_delay_s={settings.max_delay_s:g} seconds, "
-            f"got {value!r}"
-        )
-    return max(round(seconds * 1000), 1)
-
-
-def check_max_attempts(value: object) -> int:
-    """A job's max_attempts: an int 1..MAX_ATTEMPTS_LIMIT (not a bool)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not 1 <= value <= MAX_ATTEMPTS_LIMIT
-    ):
-        raise InvalidJob(f"max_attempts must be an int in 1..{MAX_ATTEMPTS_LIMIT}")
-    return value
-
-
-def check_priority(value: object) -> int:
-    """A job's priority: an int 0..PRIORITY_MAX, 0 when not given (None)."""
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= PRIORITY_MAX:
-        raise InvalidJob(f"priority must be an int in 0..{PRIORITY_MAX}, got {value!r}")
-    return int(value)
-
-
 def validate(
     *,
     topic: object,
     payload: object,
-    delay: object,
-    at: object,
-    job_id: object,
-    biz_id: object,
-    biz_type: object,
-    max_attempts: object,
+    delay: object = None,
+    at: object = None,
+    job_id: object = None,
     settings: Settings,
     now: int | None = None,
-    expires_after: object = None,
-    priority: object = None,
+    **options: object,
 ) -> ValidJob:
-    """Check every argument of one job; raise InvalidJob naming the first bad one."""
+    """Check every argument of one job; raise InvalidJob naming the first bad one.
+    options: the job's optional fields (cluster/model/job_fields.py OPTIONS), each
+    None or absent when not given."""
+    refuse_unknown_options(options)
     topic = check_allowed_topic(check_topic(topic), settings)
     job_id = new_job_id() if job_id is None else check_own_job_id(job_id)
-    biz_id = _check_text("biz_id", biz_id, BIZ_ID_MAX_CHARS)
-    biz_type = _check_text("biz_type", biz_type, BIZ_TYPE_MAX_CHARS)
-    if max_attempts is None:
-        max_attempts = settings.default_max_attempts
-    max_attempts = check_max_attempts(max_attempts)
+    checked = checked_options(options, settings)
     due = due_ms_of(delay, at, settings, now)
-    expires_after_ms = check_expires_after(expires_after, settings)
-    checked_priority = 0 if priority is None else check_priority(priority)
     try:
         payload_json = orjson.dumps(payload)
     except TypeError as exc:
@@ -381,17 +310,7 @@ def validate(
             f"payload is {len(payload_json)} bytes as JSON, over payload_max_bytes="
             f"{settings.payload_max_bytes}"
         )
-    return ValidJob(
-        job_id=job_id,
-        topic=topic,
-        biz_id=biz_id,
-        biz_type=biz_type,
-        due_ms=due,
-        max_attempts=max_attempts,
-        payload_json=payload_json,
-        expires_after_ms=expires_after_ms,
-        priority=checked_priority,
-    )
+    return ValidJob(job_id=job_id, topic=topic, due_ms=due, payload_json=payload_json, **checked)
 
 
 _PLAIN_TYPES = frozenset((str, int, float, bool, type(None)))
@@ -410,41 +329,14 @@ def _has_non_finite(value: object) -> bool:
 def validate_job(job: Job | Mapping[str, Any], settings: Settings, now: int) -> ValidJob:
     """Validate one schedule_many() entry: a Job or a mapping with schedule()'s keys."""
     if isinstance(job, Job):
-        fields = {
-            "topic": job.topic,
-            "payload": job.payload,
-            "delay": job.delay,
-            "at": job.at,
-            "job_id": job.job_id,
-            "biz_id": job.biz_id,
-            "biz_type": job.biz_type,
-            "max_attempts": job.max_attempts,
-            "expires_after": job.expires_after,
-            "priority": job.priority,
-        }
+        fields = {name: getattr(job, name) for name in JOB_KEYS}
     elif isinstance(job, Mapping):
         unknown = set(job) - JOB_KEYS
         if unknown:
             raise InvalidJob(f"unknown job keys: {sorted(unknown)}")
-        if "topic" not in job or "payload" not in job:
+        if any(key not in job for key in REQUIRED_KEYS):
             raise InvalidJob("each job needs 'topic' and 'payload'")
         fields = {key: job.get(key) for key in JOB_KEYS}
     else:
         raise InvalidJob(f"each job must be a Job or a mapping, got {type(job).__name__}")
     return validate(settings=settings, now=now, **fields)
-
-
-JOB_KEYS = frozenset(
-    (
-        "topic",
-        "payload",
-        "delay",
-        "at",
-        "job_id",
-        "biz_id",
-        "biz_type",
-        "max_attempts",
-        "expires_after",
-        "priority",
-    )
-)

@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from cluster.model.contract import WAITING_STATUSES, JobStatus
+from cluster.model.job_fields import OPTIONS
 from cluster.model.jobs import ValidJob
 from cluster.store import sql
-from cluster.store.rows import JOB_COLUMNS, JobRecord, Outcome, record_of_row
+from cluster.store.rows import JOB_COLUMNS, OPTION_COLUMNS, JobRecord, Outcome, record_of_row
 
 Quote = Callable[[str | None], str]
 Shard = tuple[int, int]
@@ -49,6 +50,7 @@ def insert_statements(
     stamps = ",UTC_TIMESTAMP(3),UTC_TIMESTAMP(3)" if stamp_utc else ""
     stamp_columns = ", gmt_create, gmt_modified" if stamp_utc else ""
     topics: dict[str, str] = {}
+    option_literals = _option_literals(quote)
 
     def rows(indexes: list[int]) -> Iterator[str]:
         pending = _PENDING_FIELD  # a local: the row below is built once per job
@@ -57,23 +59,34 @@ def insert_statements(
             topic = topics.get(job.topic)
             if topic is None:
                 topic = topics[job.topic] = quote(job.topic)
-            expires = job.expires_after_ms
+            stored = ",".join([literal(getattr(job, attr)) for attr, literal in option_literals])
             yield (
-                f"({quote(job.job_id)},{topic},{quote(job.biz_id)},"
-                f"{quote(job.biz_type)}{pending}{times.of(job.due_ms)},"
-                f"{int(job.max_attempts)},{quote(job.payload_json.decode())},"
-                f"{int(slots[i])},{'NULL' if expires is None else int(expires)},"
-                f"{int(job.priority)}{stamps})"
+                f"({quote(job.job_id)},{topic}{pending}{times.of(job.due_ms)},"
+                f"{quote(job.payload_json.decode())},{int(slots[i])},{stored}{stamps})"
             )
 
     for shard, indexes in by_shard.items():
         table, _ = shard_tables(shard)
         yield from sql.multi_row(
-            f"INSERT INTO {table} (job_id, topic, biz_id, biz_type, status, action_time,"
-            f" max_attempts, payload, slot, expires_after_ms, priority{stamp_columns}) VALUES ",
+            f"INSERT INTO {table} (job_id, topic, status, action_time, payload, slot,"
+            f" {', '.join(OPTION_COLUMNS)}{stamp_columns}) VALUES ",
             rows(indexes),
             " ON DUPLICATE KEY UPDATE job_id = job_id",
         )
+
+
+def _option_literals(quote: Quote) -> list[tuple[str, Callable[[Any], str]]]:
+    """For each stored option (OPTION_COLUMNS' order), its ValidJob attribute and how its
+    value is written as SQL: an int as digits, text quoted, None as NULL."""
+
+    def number(value: Any) -> str:
+        return "NULL" if value is None else str(int(value))
+
+    return [
+        (option.kept_as, number if option.column_type is int else quote)
+        for option in OPTIONS
+        if option.column
+    ]
 
 
 async def insert_history(

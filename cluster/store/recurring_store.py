@@ -18,28 +18,26 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cluster.model.job_fields import OPTIONS, KeptOptions, kept_options
 from cluster.model.jobs import ValidJob
 from cluster.model.keys import shard_of, slot_of
 from cluster.model.tick_ids import tick_job_id
 from cluster.model.ticks import Cadence, Missed
 from cluster.store.mysql_store import MySQLStore
+from cluster.store.rows import OPTION_COLUMNS, options_of_columns
 from cluster.store.sql import datetime_to_ms, ms_to_datetime
 
 
 @dataclass(frozen=True)
-class Definition:
-    """What a recurring schedule fires and when (validated: cluster/client/recurring.py)."""
+class Definition(KeptOptions):
+    """What a recurring schedule fires and when (validated: cluster/client/recurring.py);
+    its options (KeptOptions' keyword fields) are every tick job's."""
 
     name: str
     topic: str
     payload_json: bytes
-    biz_id: str | None
-    biz_type: str | None
-    max_attempts: int
     cadence: Cadence
     missed: Missed
-    expires_after_ms: int | None = None  # every tick job's; None: ticks never expire
-    priority: int = 0  # every tick job's
 
     def tick_jobs(self, generation: int, ticks: Sequence[int]) -> list[ValidJob]:
         """The jobs these ticks of this definition's generation are."""
@@ -47,13 +45,9 @@ class Definition:
             ValidJob(
                 job_id=tick_job_id(self.name, generation, tick),
                 topic=self.topic,
-                biz_id=self.biz_id,
-                biz_type=self.biz_type,
                 due_ms=tick,
-                max_attempts=self.max_attempts,
                 payload_json=self.payload_json,
-                expires_after_ms=self.expires_after_ms,
-                priority=self.priority,
+                **kept_options(self),
             )
             for tick in ticks
         ]
@@ -85,10 +79,24 @@ class RecurringSchedule:
         return self.definition.cadence.first_at_or_after(now_ms)
 
 
-_COLUMNS = (
-    "name, slot, generation, removed, topic, biz_id, biz_type, max_attempts, payload, cron,"
-    " every_ms, tz, start_at, end_at, missed, next_tick, last_tick, epoch, gmt_create,"
-    " gmt_modified, expires_after_ms, priority, paused_at"
+# A schedule's own columns, then its definition's options' (the job's: OPTION_COLUMNS).
+_OWN_COLUMNS = (
+    "name, slot, generation, removed, topic, payload, cron, every_ms, tz, start_at, end_at,"
+    " missed, next_tick, last_tick, epoch, gmt_create, gmt_modified, paused_at"
+)
+_OWN_COUNT = len(_OWN_COLUMNS.split(","))
+_COLUMNS = ", ".join((_OWN_COLUMNS, *OPTION_COLUMNS))
+# The definition's columns as create() and redefine() write them (_definition_values).
+_DEFINITION_COLUMNS = (
+    "topic",
+    "payload",
+    "cron",
+    "every_ms",
+    "tz",
+    "start_at",
+    "end_at",
+    "missed",
+    *OPTION_COLUMNS,
 )
 
 
@@ -107,9 +115,6 @@ def schedule_of_row(row: Sequence[Any]) -> RecurringSchedule:
         generation,
         removed,
         topic,
-        biz_id,
-        biz_type,
-        max_attempts,
         payload,
         cron,
         every_ms,
@@ -122,10 +127,8 @@ def schedule_of_row(row: Sequence[Any]) -> RecurringSchedule:
         epoch,
         created,
         modified,
-        expires_after_ms,
-        priority,
         paused_at,
-    ) = row
+    ) = row[:_OWN_COUNT]
     cadence = Cadence(
         cron=cron,
         every_ms=None if every_ms is None else int(every_ms),
@@ -137,13 +140,9 @@ def schedule_of_row(row: Sequence[Any]) -> RecurringSchedule:
         name=name,
         topic=topic,
         payload_json=payload.encode(),
-        biz_id=biz_id,
-        biz_type=biz_type,
-        max_attempts=int(max_attempts),
         cadence=cadence,
         missed=Missed(missed),
-        expires_after_ms=None if expires_after_ms is None else int(expires_after_ms),
-        priority=int(priority),
+        **options_of_columns(row[_OWN_COUNT:]),
     )
     return RecurringSchedule(
         definition=definition,
@@ -163,9 +162,6 @@ def _definition_values(definition: Definition) -> tuple[Any, ...]:
     cadence = definition.cadence
     return (
         definition.topic,
-        definition.biz_id,
-        definition.biz_type,
-        definition.max_attempts,
         definition.payload_json.decode(),
         cadence.cron,
         cadence.every_ms,
@@ -173,8 +169,7 @@ def _definition_values(definition: Definition) -> tuple[Any, ...]:
         _time_or_none(cadence.start_ms),
         _time_or_none(cadence.end_ms),
         str(definition.missed),
-        definition.expires_after_ms,
-        definition.priority,
+        *(getattr(definition, option.kept_as) for option in OPTIONS if option.column),
     )
 
 
@@ -289,9 +284,8 @@ class RecurringStore:
         last at last_tick_ms); IntegrityError if the name has a row."""
         await cur.execute(
             f"INSERT INTO {self.table_of(definition.name)} (name, slot, generation, removed,"
-            " topic, biz_id, biz_type, max_attempts, payload, cron, every_ms, tz, start_at,"
-            " end_at, missed, expires_after_ms, priority, next_tick, last_tick) VALUES"
-            " (%s, %s, 1, 0, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            f" {', '.join(_DEFINITION_COLUMNS)}, next_tick, last_tick) VALUES"
+            f" (%s, %s, 1, 0, {', '.join(['%s'] * len(_DEFINITION_COLUMNS))}, %s, %s)",
             (
                 definition.name,
                 self.slot_of(definition.name),
@@ -315,10 +309,8 @@ class RecurringStore:
         not paused)."""
         await cur.execute(
             f"UPDATE {self.table_of(definition.name)} SET generation = %s, removed = 0,"
-            " topic = %s, biz_id = %s, biz_type = %s, max_attempts = %s, payload = %s,"
-            " cron = %s, every_ms = %s, tz = %s, start_at = %s, end_at = %s, missed = %s,"
-            " expires_after_ms = %s, priority = %s, next_tick = %s, last_tick = %s,"
-            " paused_at = %s WHERE name = %s",
+            f" {''.join(f'{column} = %s, ' for column in _DEFINITION_COLUMNS)}"
+            "next_tick = %s, last_tick = %s, paused_at = %s WHERE name = %s",
             (
                 generation,
                 *_definition_values(definition),

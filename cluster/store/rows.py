@@ -10,29 +10,26 @@ from typing import Any
 
 from cluster.model.contract import JobStatus
 from cluster.model.envelope import make_tail
+from cluster.model.job_fields import OPTIONS, KeptOptions
 from cluster.model.tick_ids import parse_tick_id
 from cluster.store import sql
 
 
 @dataclass(frozen=True)
-class JobRecord:
-    """What get() returns: the durable state of one job."""
+class JobRecord(KeptOptions):
+    """What get() returns: the durable state of one job; its options (biz_id,
+    max_attempts, priority, ...) are keyword fields of KeptOptions."""
 
     job_id: str
     topic: str
-    biz_id: str | None
-    biz_type: str | None
     status: JobStatus
     due_ms: int
     attempts: int
-    max_attempts: int
     payload_json: str
     slot: int
     last_error: str | None
     created_ms: int
     modified_ms: int
-    expires_after_ms: int | None = None  # never published after due_ms + this
-    priority: int = 0  # among jobs due at the same ms, higher fires first
 
     @property
     def due(self) -> dt.datetime:
@@ -81,45 +78,57 @@ class Outcome:
     slot: int
 
 
-JOB_COLUMNS = (
-    "job_id, topic, biz_id, biz_type, status, action_time, attempts, max_attempts, payload,"
-    " slot, last_error, gmt_create, gmt_modified, expires_after_ms, priority"
+# The job table's own columns, then the declared options' (cluster/model/job_fields.py).
+_OWN_COLUMNS = (
+    "job_id",
+    "topic",
+    "status",
+    "action_time",
+    "attempts",
+    "payload",
+    "slot",
+    "last_error",
+    "gmt_create",
+    "gmt_modified",
 )
+OPTION_COLUMNS = tuple(option.column for option in OPTIONS if option.column)
+JOB_COLUMNS = ", ".join((*_OWN_COLUMNS, *OPTION_COLUMNS))
 
 
 def record_of_row(row: Sequence[Any]) -> JobRecord:
     """A JobRecord from a row of JOB_COLUMNS."""
+    own, stored = row[: len(_OWN_COLUMNS)], row[len(_OWN_COLUMNS) :]
     (
         job_id,
         topic,
-        biz_id,
-        biz_type,
         status,
         action_time,
         attempts,
-        max_attempts,
         payload,
         slot,
         last_error,
         created,
         modified,
-        expires_after_ms,
-        priority,
-    ) = row
+    ) = own
     return JobRecord(
         job_id=job_id,
         topic=topic,
-        biz_id=biz_id,
-        biz_type=biz_type,
         status=JobStatus(status),
         due_ms=sql.datetime_to_ms(action_time),
         attempts=attempts,
-        max_attempts=max_attempts,
         payload_json=payload,
         slot=slot,
         last_error=last_error,
         created_ms=sql.datetime_to_ms(created),
         modified_ms=sql.datetime_to_ms(modified),
-        expires_after_ms=None if expires_after_ms is None else int(expires_after_ms),
-        priority=int(priority),
+        **options_of_columns(stored),
     )
+
+
+def options_of_columns(values: Sequence[Any]) -> dict[str, Any]:
+    """The declared options from their columns' values (in OPTION_COLUMNS' order), by the
+    names ValidJob, JobRecord and Definition keep them under."""
+    stored = [option for option in OPTIONS if option.column]
+    return {
+        option.kept_as: option.stored(value) for option, value in zip(stored, values, strict=True)
+    }

@@ -37,13 +37,13 @@ import pymysql
 
 from cluster.errors import InvalidJob
 from cluster.model.contract import JobStatus
+from cluster.model.job_fields import check_text
 from cluster.model.jobs import (
     BIZ_ID_MAX_CHARS,
     BIZ_TYPE_MAX_CHARS,
     JOB_ID_MAX_CHARS,
     check_topic,
 )
-from cluster.model.jobs import _check_text as check_text
 from cluster.store.rows import JobRecord
 from cluster.store.sql import datetime_to_ms, ms_to_datetime
 

@@ -26,6 +26,7 @@ from cluster.client.job_json import dead_json, history_json, parse_time, record_
 from cluster.client.recurring import RecurringSchedule, check_name, describe
 from cluster.errors import InvalidJob, OutcomeUnknown, RedisStepFailed, StoreUnavailable
 from cluster.model.changes import ChangeResult, ChangeStatus
+from cluster.model.job_fields import OPTION_NAMES
 from cluster.model.jobs import ValidJob, check_job_id, check_topic
 from cluster.web.auth import Permission, shown_to
 from cluster.web.batcher import ScheduleBatcher
@@ -309,23 +310,10 @@ def _refusal(result: ChangeResult, change: str) -> Problem:
     )
 
 
-# The fields of PUT /v1/recurring/{name}: schedule_recurring's arguments.
-RECURRING_FIELDS = frozenset(
-    {
-        "topic",
-        "payload",
-        "cron",
-        "every",
-        "tz",
-        "start_at",
-        "end_at",
-        "biz_id",
-        "biz_type",
-        "max_attempts",
-        "missed",
-        "expires_after",
-        "priority",
-    }
+# The fields of PUT /v1/recurring/{name}: schedule_recurring's arguments, the job's
+# options among them (cluster/model/job_fields.py).
+RECURRING_FIELDS = OPTION_NAMES | frozenset(
+    {"topic", "payload", "cron", "every", "tz", "start_at", "end_at", "missed"}
 )
 
 

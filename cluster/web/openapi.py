@@ -12,6 +12,7 @@ import copy
 from typing import Any
 
 from cluster.client.recurring import NAME_MAX_CHARS
+from cluster.model.job_fields import OPTIONS
 from cluster.settings.config import Settings
 from cluster.web.api import DEAD_LIST_MAX, ROUTES, Route
 from cluster.web.auth import GRANTS, Permission
@@ -224,8 +225,11 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
     schemas["Problem"]["properties"].update(PROBLEM_MEMBERS)
     for name in ("JobRequest", "Reschedule"):
         schemas[name]["properties"]["delay"]["maximum"] = settings.max_delay_s
-    for name in ("JobRequest", "RecurringRequest"):
-        schemas[name]["properties"]["expires_after"]["maximum"] = settings.max_delay_s
+    for option in OPTIONS:  # an option bounded by a setting (expires_after: max_delay_s)
+        if option.maximum_setting is not None:
+            maximum = getattr(settings, option.maximum_setting)
+            for name in ("JobRequest", "RecurringRequest"):
+                schemas[name]["properties"][option.name]["maximum"] = maximum
     schemas["RecurringRequest"]["properties"]["every"]["maximum"] = settings.max_delay_s
     paths: dict[str, dict[str, Any]] = {}
     for route in ROUTES:

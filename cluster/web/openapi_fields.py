@@ -1,5 +1,6 @@
 """The field schemas the OpenAPI document (cluster/web/openapi.py) is built of: the
-limits cluster/model/jobs.py checks, written as JSON Schema, shared by the components
+limits cluster/model/jobs.py checks, written as JSON Schema (a job's options straight
+from their declaration, cluster/model/job_fields.py), shared by the components
 (cluster/web/openapi_schemas.py) and the operations' parameters.
 """
 
@@ -7,13 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.model.contract import PRIORITY_MAX
-from cluster.model.jobs import (
-    BIZ_ID_MAX_CHARS,
-    BIZ_TYPE_MAX_CHARS,
-    JOB_ID_MAX_CHARS,
-    MAX_ATTEMPTS_LIMIT,
-)
+from cluster.model.job_fields import JOB_ID_MAX_CHARS, OPTIONS, JobField
 
 
 def ref(name: str) -> dict[str, str]:
@@ -69,18 +64,26 @@ DELAY = nullable("number", minimum=0, description="seconds from now")
 AT = {"oneOf": [*TIME["oneOf"], {"type": "null"}]}
 DELAY_OR_AT = exactly_one(("delay", {"type": "number"}), ("at", {"not": {"type": "null"}}))
 
-BIZ_ID = nullable("string", minLength=1, maxLength=BIZ_ID_MAX_CHARS, **TEXT)
-BIZ_TYPE = nullable("string", minLength=1, maxLength=BIZ_TYPE_MAX_CHARS, **TEXT)
-MAX_ATTEMPTS = nullable("integer", minimum=1, maximum=MAX_ATTEMPTS_LIMIT)
-PRIORITY = nullable(
-    "integer",
-    minimum=0,
-    maximum=PRIORITY_MAX,
-    description="among jobs due at the same millisecond, higher fires first; default 0",
-)
-EXPIRES_AFTER = nullable(
-    "number",
-    exclusiveMinimum=0,
-    description="seconds after the due time: never published later than that "
-    "(the job ends expired instead); at most max_delay_s",
-)
+
+def option_schema(option: JobField) -> dict[str, Any]:
+    """The schema of a job option's value over HTTP, from its declaration
+    (cluster/model/job_fields.py): its JSON type and bounds, or null; its doc line."""
+    bounds = {key: value for key, value in option.json_schema.items() if key != "type"}
+    text = TEXT if option.text else {}
+    return nullable(option.json_schema["type"], **bounds, **text, description=option.doc)
+
+
+def option_record_schema(option: JobField) -> dict[str, Any]:
+    """The schema of a job option's value in a job's record (cluster/client/job_json.py)."""
+    kind = option.json_schema["type"]
+    if option.kept_always:
+        return {"type": kind, "description": option.doc}
+    return nullable(kind, description=f"{option.doc}; null: not given")
+
+
+# The options of a job request (and of a recurring schedule's), by name; and as a job's
+# record shows them.
+OPTION_SCHEMAS = {option.name: option_schema(option) for option in OPTIONS}
+RECORD_OPTION_SCHEMAS = {option.name: option_record_schema(option) for option in OPTIONS}
+BIZ_ID = OPTION_SCHEMAS["biz_id"]
+BIZ_TYPE = OPTION_SCHEMAS["biz_type"]

@@ -8,27 +8,30 @@ from __future__ import annotations
 from typing import Any
 
 from cluster.client.delay_client import MAX_BATCH
+from cluster.client.recurring import shown_key
+from cluster.model.job_fields import BY_NAME, OPTIONS
 from cluster.model.tick_ids import RECURRING_PREFIX
 from cluster.model.ticks import MIN_EVERY_MS, Missed
 from cluster.web.api import DEAD_SELECTION_MAX
 from cluster.web.openapi_fields import (
     AT,
-    BIZ_ID,
-    BIZ_TYPE,
     DELAY,
     DELAY_OR_AT,
-    EXPIRES_AFTER,
     JOB_ID,
-    MAX_ATTEMPTS,
-    PRIORITY,
+    OPTION_SCHEMAS,
+    RECORD_OPTION_SCHEMAS,
     REFUSAL,
     STATUS,
     TOPIC,
     exactly_one,
     nullable,
+    option_record_schema,
     ref,
 )
 from cluster.web.problems import KINDS
+
+# A schedule's options as describe() shows them (GET /v1/recurring/{name}).
+SCHEDULE_OPTION_SCHEMAS = {shown_key(option): option_record_schema(option) for option in OPTIONS}
 
 SCHEMAS: dict[str, Any] = {
     "JobRequest": {
@@ -38,8 +41,8 @@ SCHEMAS: dict[str, Any] = {
         "required": ["topic", "payload"],
         "additionalProperties": False,
         "properties": {
-            "topic": {**TOPIC, "description": "the Kafka topic the job fires to"},
-            "payload": {"description": "any JSON value, published verbatim"},
+            "topic": {**TOPIC, "description": BY_NAME["topic"].doc},
+            "payload": {"description": BY_NAME["payload"].doc},
             "delay": DELAY,
             "at": AT,
             "job_id": {
@@ -50,11 +53,7 @@ SCHEMAS: dict[str, Any] = {
                 "description": "your key; generated when absent. Not starting with "
                 f"{RECURRING_PREFIX} (the ids of recurring schedules' ticks)",
             },
-            "biz_id": BIZ_ID,
-            "biz_type": BIZ_TYPE,
-            "max_attempts": MAX_ATTEMPTS,
-            "expires_after": EXPIRES_AFTER,
-            "priority": PRIORITY,
+            **OPTION_SCHEMAS,
         },
         "oneOf": DELAY_OR_AT,
     },
@@ -106,29 +105,24 @@ SCHEMAS: dict[str, Any] = {
         "required": [
             "job_id",
             "topic",
-            "biz_id",
-            "biz_type",
             "status",
             "due_ms",
             "due",
             "attempts",
-            "max_attempts",
             "payload",
             "slot",
             "last_error",
             "created_ms",
             "modified_ms",
+            *RECORD_OPTION_SCHEMAS,
         ],
         "properties": {
             "job_id": {"type": "string"},
             "topic": {"type": "string"},
-            "biz_id": nullable("string"),
-            "biz_type": nullable("string"),
             "status": STATUS,
             "due_ms": {"type": "integer"},
             "due": {"type": "string", "format": "date-time"},
             "attempts": {"type": "integer"},
-            "max_attempts": {"type": "integer"},
             "payload": {},
             "slot": {"type": "integer"},
             "last_error": nullable("string"),
@@ -136,10 +130,7 @@ SCHEMAS: dict[str, Any] = {
             "modified_ms": {"type": "integer"},
             "recurring": nullable("string", description="the recurring schedule of a tick"),
             "tick_ms": nullable("integer", description="the time of that tick"),
-            "expires_after": nullable(
-                "number", description="seconds after the due time; null: never expires"
-            ),
-            "priority": {"type": "integer"},
+            **RECORD_OPTION_SCHEMAS,
             "payload_hidden": {
                 "type": "boolean",
                 "description": "true: the token's role may not read payloads (payload null)",
@@ -271,17 +262,13 @@ SCHEMAS: dict[str, Any] = {
             "tz": nullable("string", description="an IANA zone (cron only); default UTC"),
             "start_at": {**AT, "description": "no tick before"},
             "end_at": {**AT, "description": "no tick at or after"},
-            "biz_id": BIZ_ID,
-            "biz_type": BIZ_TYPE,
-            "max_attempts": MAX_ATTEMPTS,
             "missed": nullable(
                 "string",
                 enum=[*(str(m) for m in Missed), None],
                 description="ticks no node made in time: fire the last once (default), or "
                 "skip them",
             ),
-            "expires_after": EXPIRES_AFTER,
-            "priority": PRIORITY,
+            **OPTION_SCHEMAS,
         },
         "oneOf": exactly_one(("cron", {"type": "string"}), ("every", {"type": "number"})),
     },
@@ -298,10 +285,7 @@ SCHEMAS: dict[str, Any] = {
             "start_ms",
             "end_ms",
             "missed",
-            "biz_id",
-            "biz_type",
-            "max_attempts",
-            "expires_after_s",
+            *SCHEDULE_OPTION_SCHEMAS,
             "generation",
             "removed",
             "next_ms",
@@ -318,11 +302,7 @@ SCHEMAS: dict[str, Any] = {
             "start_ms": nullable("integer"),
             "end_ms": nullable("integer"),
             "missed": {"type": "string", "enum": [str(m) for m in Missed]},
-            "biz_id": nullable("string"),
-            "biz_type": nullable("string"),
-            "max_attempts": {"type": "integer"},
-            "expires_after_s": nullable("number"),
-            "priority": {"type": "integer"},
+            **SCHEDULE_OPTION_SCHEMAS,
             "generation": {"type": "integer", "description": "definitions the name has had"},
             "removed": {"type": "boolean"},
             "paused": {"type": "boolean", "description": "no ticks until resumed"},

@@ -324,15 +324,24 @@ class JobOptions(TypedDict, total=False):
     priority: int | None
 
 
-# (name, kept_as, check) of each option, in the order declared: validate()'s hot loop.
-_CHECKS = tuple((option.name, option.kept_as, option.check) for option in OPTIONS)
+# (name, kept_as, check, kept_always) of each option, in the order declared:
+# validate()'s hot loop.
+_CHECKS = tuple(
+    (option.name, option.kept_as, option.check, option.kept_always) for option in OPTIONS
+)
 
 
 def checked_options(values: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """The options among values (absent: None), checked in the order declared, by the
-    names ValidJob keeps them under; InvalidJob names the first bad one."""
+    names ValidJob keeps them under; InvalidJob names the first bad one. An absent
+    option is kept as None without a call unless it is kept_always (its check fills in
+    the default): most jobs give few options."""
     get = values.get
-    return {kept_as: check(get(name), settings) for name, kept_as, check in _CHECKS}  # type: ignore[misc]
+    checked: dict[str, Any] = {}
+    for name, kept_as, check, always in _CHECKS:
+        value = get(name)
+        checked[kept_as] = check(value, settings) if value is not None or always else None  # type: ignore[misc]
+    return checked
 
 
 def refuse_unknown_options(options: dict[str, Any]) -> None:

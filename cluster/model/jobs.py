@@ -329,7 +329,7 @@ def _has_non_finite(value: object) -> bool:
 def validate_job(job: Job | Mapping[str, Any], settings: Settings, now: int) -> ValidJob:
     """Validate one schedule_many() entry: a Job or a mapping with schedule()'s keys."""
     if isinstance(job, Job):
-        fields = {name: getattr(job, name) for name in JOB_KEYS}
+        fields = job.__dict__  # exactly JOB_KEYS (tests/unit/test_job_fields.py)
     elif isinstance(job, Mapping):
         unknown = set(job) - JOB_KEYS
         if unknown:

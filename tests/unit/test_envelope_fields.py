@@ -5,6 +5,7 @@ held to the same envelopes in tests/test_envelope_versions.py."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from cluster.model.contract import ENVELOPE_VERSIONS, EnvelopeField
@@ -14,8 +15,12 @@ from cluster.model.envelope import (
     EnvelopeFields,
     fields_of,
     fields_text,
+    fire_of,
+    make_tail,
     read_fields,
 )
+from cluster.model.job_fields import FIELDS, OPTIONS
+from cluster.settings.config import Settings
 
 CASES = [
     EnvelopeFields(1),
@@ -74,3 +79,26 @@ def test_a_header_delayq_did_not_write_is_refused(bad: bytes) -> None:
 def test_an_unknown_version_to_write_is_refused() -> None:
     with pytest.raises(ValueError, match="envelope version 3"):
         fields_text(EnvelopeFields(5), 3)
+
+
+def test_the_declared_fields_travel_in_the_header_or_the_record() -> None:
+    """cluster/model/job_fields.py marks the fields a job carries through Redis
+    (envelope) and those its fired record has (in_record): the record make_tail and
+    fire_of build has exactly the latter, and every one of the former is in the header
+    (EnvelopeFields) or in the record."""
+    tail = make_tail("j", "t", "b", "k", b'{"n":1}', 3)
+    record = orjson.loads(fire_of(b"%012x|v=2;a=5|17|" % 1 + tail, 2, 18).value)
+    in_record = {f.name for f in FIELDS if f.in_record}
+    assert set(record) == in_record | {"due_ms", "fired_ms", "attempt"}
+    in_header = set(EnvelopeFields.__slots__)
+    for job_field in FIELDS:
+        if job_field.envelope:
+            assert job_field.kept_as in in_header or job_field.in_record, job_field.name
+    assert in_header <= {f.kept_as for f in OPTIONS if f.envelope}
+
+
+def test_an_option_not_kept_always_is_none_when_absent() -> None:
+    # checked_options keeps such an option as None without calling its check.
+    for option in OPTIONS:
+        if not option.kept_always:
+            assert option.check is not None and option.check(None, Settings()) is None

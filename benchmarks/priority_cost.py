@@ -133,6 +133,7 @@ def sort_cost(repeats: int) -> None:
 
     # The tree this process imports, whichever PYTHONPATH named.
     tree = Path(sys.modules["actors.dispatch_round"].__file__ or "").resolve().parents[1]
+    named = header_of(tree) != b"16"
     now = 1_795_000_000_000
     payload = b'{"order":42,"text":"' + b"x" * 80 + b'"}'
     claims = []
@@ -140,7 +141,10 @@ def sort_cost(repeats: int) -> None:
         claimed = []
         for i in range(500):
             job_id = f"{slot:04x}{i:028x}"
-            tail = make_tail(job_id, "bench.topic", None, None, payload)
+            if named:  # make_tail(job_id, topic, payload_json, **options)
+                tail = make_tail(job_id, "bench.topic", payload)
+            else:  # make_tail(job_id, topic, biz_id, biz_type, payload_json)
+                tail = make_tail(job_id, "bench.topic", None, None, payload)  # type: ignore[arg-type,call-arg]
             header = b"%012x|%s|%d|" % (i, header_of(tree), now - 5)
             claimed.append(Claimed(job_id.encode(), header + tail, 1))
         claims.append(SlotClaim(slot, 1, now, claimed))

@@ -30,7 +30,7 @@ def by_version(redis: RedisClient, redis_settings: Settings) -> dict[int, Script
 
 def job(job_id: str, due_ms: int, *, attempts: int = 16, expiry: int | None = None,
         priority: int = 0) -> NewJob:  # fmt: skip
-    tail = make_tail(job_id, "topic.v", None, None, b'{"n":1}', priority)
+    tail = make_tail(job_id, "topic.v", b'{"n":1}', priority=priority)
     return NewJob(job_id, due_ms, attempts, tail, expiry, priority)
 
 

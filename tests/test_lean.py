@@ -26,7 +26,7 @@ from tests.conftest import Collector, wait_for
 
 SLOT = 5
 LEAD_MS = 1000
-TAIL = make_tail("a", "topic.a", "biz-1", "kind", b'{"n":[1,"|"]}')
+TAIL = make_tail("a", "topic.a", b'{"n":[1,"|"]}', biz_id="biz-1", biz_type="kind")
 
 
 @pytest.fixture
@@ -298,7 +298,8 @@ async def test_a_job_still_lean_when_claimed_fires_the_same_bytes(
     seq, max_attempts, _due, _ = before.split(b"|", 3)
     envelope = b"%s|%s|%d|" % (seq, max_attempts, row.due_ms)
     full = with_tail(
-        envelope, make_tail(job_id, topic, "k|1", "t", b'{"a":[1,"|"],"b":"\xc3\xbc"}')
+        envelope,
+        make_tail(job_id, topic, b'{"a":[1,"|"],"b":"\xc3\xbc"}', biz_id="k|1", biz_type="t"),
     )
     assert raw == fire_of(full, 1, int(str(record["fired_ms"]))).value
     assert record["due_ms"] == row.due_ms

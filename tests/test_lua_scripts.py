@@ -35,7 +35,7 @@ HOUR_MS = 3600_000
 
 
 def job(job_id: str, due_ms: int, max_attempts: int = 16) -> NewJob:
-    tail = make_tail(job_id, "topic.a", None, None, b'{"n":1}')
+    tail = make_tail(job_id, "topic.a", b'{"n":1}')
     return NewJob(job_id, due_ms, max_attempts, tail)
 
 

@@ -43,7 +43,7 @@ HOUR_S = 3600
 
 
 def new_job(job_id: str, due_ms: int, priority: int = 0) -> NewJob:
-    tail = make_tail(job_id, "topic.p", None, None, b'{"n":1}')
+    tail = make_tail(job_id, "topic.p", b'{"n":1}')
     return NewJob(job_id, due_ms, 16, tail, None, priority)
 
 

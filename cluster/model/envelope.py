@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import orjson
 
 from cluster.model.contract import ENVELOPE_VERSIONS, SEQ_DIGITS, EnvelopeField
+from cluster.model.job_fields import RECORD_OPTIONS
 from cluster.model.tick_ids import RECURRING_PREFIX, parse_tick_id
 
 _M = 0x5BD1E995
@@ -68,22 +69,15 @@ def partition_of(key_hash: int, partitions: list[int]) -> int:
     return partitions[(key_hash & 0x7FFFFFFF) % len(partitions)]
 
 
-def make_tail(
-    job_id: str,
-    topic: str,
-    biz_id: str | None,
-    biz_type: str | None,
-    payload_json: bytes,
-    priority: int = 0,
-) -> bytes:
-    key = (biz_id if biz_id is not None else job_id).encode()
-    fields: dict[str, object] = {
-        "job_id": job_id,
-        "topic": topic,
-        "biz_id": biz_id,
-        "biz_type": biz_type,
-        "priority": priority,
-    }
+def make_tail(job_id: str, topic: str, payload_json: bytes, **options: object) -> bytes:
+    """The tail of a job's envelope; options: its record options (record_options of a
+    ValidJob or JobRecord), by name, those absent at their default."""
+    biz_id = options.get("biz_id")
+    key = (biz_id if isinstance(biz_id, str) else job_id).encode()
+    fields: dict[str, object] = {"job_id": job_id, "topic": topic}
+    get = options.get
+    for name, absent in RECORD_OPTIONS.items():
+        fields[name] = get(name, absent)
     if job_id.startswith(RECURRING_PREFIX):
         tick = parse_tick_id(job_id)
         if tick is not None:

@@ -351,6 +351,21 @@ def refuse_unknown_options(options: dict[str, Any]) -> None:
         raise TypeError(f"got an unexpected keyword argument {unknown!r}")
 
 
+# The options a fired record carries (in_record), by name, with the value kept for a
+# job that has none (cluster/model/envelope.py: make_tail).
+RECORD_OPTIONS: dict[str, Any] = {
+    option.name: option.check(None, Settings())  # type: ignore[misc]
+    for option in OPTIONS
+    if option.in_record
+}
+_RECORD_KEPT = tuple((option.name, option.kept_as) for option in OPTIONS if option.in_record)
+
+
+def record_options(kept: object) -> dict[str, Any]:
+    """The record options of a ValidJob or JobRecord, by name (make_tail's options)."""
+    return {name: getattr(kept, kept_as) for name, kept_as in _RECORD_KEPT}
+
+
 def kept_options(kept: object) -> dict[str, Any]:
     """The options of a ValidJob, JobRecord or Definition, by the names they keep them."""
     return {option.kept_as: getattr(kept, option.kept_as) for option in OPTIONS}

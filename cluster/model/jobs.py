@@ -41,6 +41,7 @@ from cluster.model.job_fields import (
     check_chars,
     checked_options,
     finite_number,
+    record_options,
     refuse_unknown_options,
 )
 from cluster.model.job_fields import (
@@ -79,9 +80,7 @@ class ValidJob(KeptOptions):
     def tail(self) -> bytes:
         """What Redis keeps beside the job (cluster/model/envelope.py). Made on demand: a job
         due beyond the horizon goes to MySQL only, and the node makes it from the row."""
-        return make_tail(
-            self.job_id, self.topic, self.biz_id, self.biz_type, self.payload_json, self.priority
-        )
+        return make_tail(self.job_id, self.topic, self.payload_json, **record_options(self))
 
 
 def now_ms() -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 from cluster.model.contract import JobStatus
 from cluster.model.envelope import make_tail
-from cluster.model.job_fields import OPTIONS, KeptOptions
+from cluster.model.job_fields import OPTIONS, KeptOptions, record_options
 from cluster.model.tick_ids import parse_tick_id
 from cluster.store import sql
 
@@ -56,12 +56,7 @@ class JobRecord(KeptOptions):
     def tail(self) -> bytes:
         """The envelope tail of this job (cluster/model/envelope.py), the producer's bytes."""
         return make_tail(
-            self.job_id,
-            self.topic,
-            self.biz_id,
-            self.biz_type,
-            self.payload_json.encode(),
-            self.priority,
+            self.job_id, self.topic, self.payload_json.encode(), **record_options(self)
         )
 
 

@@ -86,7 +86,7 @@ def test_the_declared_fields_travel_in_the_header_or_the_record() -> None:
     (envelope) and those its fired record has (in_record): the record make_tail and
     fire_of build has exactly the latter, and every one of the former is in the header
     (EnvelopeFields) or in the record."""
-    tail = make_tail("j", "t", "b", "k", b'{"n":1}', 3)
+    tail = make_tail("j", "t", b'{"n":1}', biz_id="b", biz_type="k", priority=3)
     record = orjson.loads(fire_of(b"%012x|v=2;a=5|17|" % 1 + tail, 2, 18).value)
     in_record = {f.name for f in FIELDS if f.in_record}
     assert set(record) == in_record | {"due_ms", "fired_ms", "attempt"}

@@ -20,7 +20,7 @@ from cluster.model.envelope import (
 from cluster.model.jobs import Job, check_priority, validate_job
 from cluster.settings.config import Settings
 
-TAIL = make_tail("j", "topic.p", None, None, b"{}")
+TAIL = make_tail("j", "topic.p", b"{}")
 
 
 def test_a_priority_below_one_ms_keeps_every_due_ms_apart() -> None:
@@ -58,7 +58,7 @@ def test_the_envelope_carries_a_priority_only_when_above_zero(
 
 def test_the_fired_record_carries_the_priority() -> None:
     for priority in (0, 9):
-        tail = make_tail("j", "topic.p", None, None, b"{}", priority=priority)
+        tail = make_tail("j", "topic.p", b"{}", priority=priority)
         envelope = b"%012x|v=2;a=3|1795000000000|" % 1 + tail
         record = orjson.loads(fire_of(envelope, 1, 1795000000001).value)
         assert record["priority"] == priority

@@ -264,7 +264,7 @@ def test_tick_ids_round_trip() -> None:
 
 def test_the_fired_record_of_a_tick_names_its_schedule_and_tick() -> None:
     job_id = tick_job_id("hourly", 1, 1_795_000_000_000)
-    tail = make_tail(job_id, "reports", None, None, b'{"r":1}')
+    tail = make_tail(job_id, "reports", b'{"r":1}')
     fired = fire_of(b"000000000001|16|1795000000000|" + tail, 1, 1_795_000_000_004)
     assert orjson.loads(fired.value) == {
         "job_id": job_id,
@@ -289,7 +289,7 @@ def test_the_fired_record_of_a_tick_names_its_schedule_and_tick() -> None:
     assert (row.recurring, row.tick_ms) == ("hourly", 1_795_000_000_000)
     # Any other job's record is as before.
     plain = orjson.loads(
-        fire_of(b"000000000001|16|5|" + make_tail("j", "t", "b", None, b"1"), 1, 6).value
+        fire_of(b"000000000001|16|5|" + make_tail("j", "t", b"1", biz_id="b"), 1, 6).value
     )
     assert set(plain) == {
         "job_id",

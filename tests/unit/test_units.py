@@ -102,7 +102,7 @@ def test_slot_and_shard_are_stable_and_in_range() -> None:
 
 
 def test_fire_splices_record_without_parsing_payload() -> None:
-    tail = make_tail("j|1", "orders", "biz|9", "close", b'{"a":[1,"|"]}')
+    tail = make_tail("j|1", "orders", b'{"a":[1,"|"]}', biz_id="biz|9", biz_type="close")
     envelope = b"00000000002a|16|1700000000123|" + tail
     fire = fire_of(envelope, 3, 1700000000130)
     assert fire.topic == "orders"
@@ -133,12 +133,12 @@ def test_murmur2_and_partition_match_kafkas_default_partitioner() -> None:
 
 
 def test_envelope_carries_the_key_hash() -> None:
-    envelope = b"000000000001|16|5|" + make_tail("job-7", "t", "biz-1", None, b"null")
+    envelope = b"000000000001|16|5|" + make_tail("job-7", "t", b"null", biz_id="biz-1")
     assert fire_of(envelope, 1, 6).key_hash == murmur2(b"biz-1")
 
 
 def test_key_defaults_to_job_id() -> None:
-    envelope = b"000000000001|16|5|" + make_tail("job-7", "t", None, None, b"null")
+    envelope = b"000000000001|16|5|" + make_tail("job-7", "t", b"null")
     assert fire_of(envelope, 1, 6).key == b"job-7"
 
 

@@ -4,6 +4,7 @@ that read the scripts' replies (each script's reply is described in its .lua hea
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +40,15 @@ class NewJob:
 
     def fields_text(self, version: int) -> str:
         """The envelope header's <fields> of this job (cluster/model/envelope.py)."""
-        fields = EnvelopeFields(self.max_attempts, self.expires_after_ms, self.priority)
-        return fields_text(fields, version)
+        return _fields_text(self.max_attempts, self.expires_after_ms, self.priority, version)
+
+
+# Most jobs share a few combinations of these: each text is made once.
+@functools.lru_cache(maxsize=4096)
+def _fields_text(
+    max_attempts: int, expires_after_ms: int | None, priority: int, version: int
+) -> str:
+    return fields_text(EnvelopeFields(max_attempts, expires_after_ms, priority), version)
 
 
 @dataclass(slots=True)  # not frozen: built per job, and frozen init is slower

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from cluster.connections.redis_conn import RedisClient
 from cluster.model.contract import member_id
 from cluster.model.keys import KeySpace, slot_of
 from cluster.settings.config import Settings
+
+
+def byte_list(reply: object) -> list[bytes]:
+    """A Redis reply of members, as delayq's clients get it (bytes; redis-py's types
+    allow more)."""
+    return cast(list[bytes], reply)
 
 
 async def in_redis(redis: RedisClient, settings: Settings, job_id: str) -> bool:
@@ -20,7 +28,8 @@ async def redis_places(redis: RedisClient, settings: Settings, job_id: str) -> d
     k = KeySpace(settings.key_prefix).slot(slot_of(job_id, settings.slots))
     return {
         "jobs": await redis.hexists(k.jobs, job_id),
-        "delay": job_id.encode() in {member_id(m) for m in await redis.zrange(k.delay, 0, -1)},
+        "delay": job_id.encode()
+        in {member_id(m) for m in byte_list(await redis.zrange(k.delay, 0, -1))},
         "inflight": await redis.zscore(k.inflight, job_id),
         "tomb": await redis.zscore(k.tomb, job_id),
         "acked": await redis.zscore(k.acked, job_id),

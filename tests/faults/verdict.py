@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from cluster import DelayClient, JobStatus, StoreUnavailable
 from cluster.connections.redis_conn import RedisClient
 from cluster.errors import ScheduleIncomplete
 from cluster.model.contract import SEQ_DIGITS, member_id, member_seq
 from cluster.model.envelope import record_of
+from tests.faults.stores import byte_list
 from tests.mysql_tools import on_shard
 
 
@@ -155,9 +156,8 @@ async def fire_markers(client: DelayClient, redis: RedisClient) -> set[str]:
     """The job ids with a fire marker in Redis (acked: published, per the ack script)."""
     marked: set[str] = set()
     for slot in range(client.settings.slots):
-        marked.update(
-            job_id.decode() for job_id in await redis.zrange(client.keys.slot(slot).acked, 0, -1)
-        )
+        acked = byte_list(await redis.zrange(client.keys.slot(slot).acked, 0, -1))
+        marked.update(job_id.decode() for job_id in acked)
     return marked
 
 
@@ -169,18 +169,18 @@ async def invariant_violations(
     places: dict[str, list[str]] = {}
     for slot in range(client.settings.slots):
         k = client.keys.slot(slot)
-        envelopes = await redis.hgetall(k.jobs)
+        envelopes = cast(dict[bytes, bytes], await redis.hgetall(k.jobs))
         seqs = {job_id.decode(): envelope[:SEQ_DIGITS] for job_id, envelope in envelopes.items()}
-        for member in await redis.zrange(k.delay, 0, -1):
+        for member in byte_list(await redis.zrange(k.delay, 0, -1)):
             places.setdefault(member_id(member).decode(), []).append("delay")
-        for member in await redis.lrange(k.ready, 0, -1):
+        for member in byte_list(await redis.lrange(k.ready, 0, -1)):
             job_id = member_id(member).decode()
             if seqs.get(job_id) == member_seq(member):  # a stale entry is not a place
                 places.setdefault(job_id, []).append("ready")
-        for job_id in await redis.zrange(k.inflight, 0, -1):
-            places.setdefault(job_id.decode(), []).append("inflight")
-        for job_id in await redis.zrange(k.dead, 0, -1):
-            places.setdefault(job_id.decode(), []).append("dead")
+        for job_id_bytes in byte_list(await redis.zrange(k.inflight, 0, -1)):
+            places.setdefault(job_id_bytes.decode(), []).append("inflight")
+        for job_id_bytes in byte_list(await redis.zrange(k.dead, 0, -1)):
+            places.setdefault(job_id_bytes.decode(), []).append("dead")
         for envelope in envelopes.values():
             record_of(envelope)  # every envelope parses
     violations = []

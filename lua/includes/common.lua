@@ -72,14 +72,6 @@ local function envelope_header(v)
     string.sub(v, fields_end + 1, due_end - 1), due_end + 1
 end
 
--- Returns seq (hex), max_attempts (a number), due_ms (a string), the index where the
--- tail starts, and expires_after_ms (a number; nil when the job does not expire).
-local function parse_envelope(v)
-  local seq, fields, due, body_at = envelope_header(v)
-  return seq, envelope_field(fields, FIELD_MAX_ATTEMPTS), due, body_at,
-    envelope_field(fields, FIELD_EXPIRES_AFTER_MS)
-end
-
 -- The envelope with a new seq (and due_ms, when given); its fields and tail kept.
 local function rewrite_envelope(v, seq, due)
   local _, fields, old_due, body_at = envelope_header(v)
@@ -164,9 +156,9 @@ end
 local function retry_or_bury(K, id, now, base_ms, cap_ms, note)
   local v = redis.call('HGET', K.jobs, id)
   if not v then return nil end
-  local _, max_attempts = parse_envelope(v)
+  local max_attempts = envelope_field(envelope_fields(v), FIELD_MAX_ATTEMPTS)
   local attempt = tonumber(redis.call('HGET', K.attempts, id) or '0')
-  if attempt >= tonumber(max_attempts) then
+  if attempt >= max_attempts then
     redis.call('ZADD', K.dead, now, id)
     journal(K.done, STATUS_DEAD, attempt, now, id, note)
     return STATUS_DEAD

@@ -28,7 +28,7 @@ from cluster.connections.redis_conn import RedisClient
 from cluster.errors import ConfigError
 from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
-from tests.faults.scenario import Run, crash_at, down_for, scenario
+from tests.faults.scenario import Run, Stage, crash_at, down_for, scenario
 from tests.faults.verdict import Ledger, Verdict, assert_safe
 
 EXACTLY_ONCE = {"DELAYQ_DELIVERY": "exactly_once"}
@@ -175,9 +175,8 @@ class TestFaults:
         committed: Collector,
         tmp_path: Path,
     ) -> None:
-        result, ledger, _ = await scenario(
-            name, settings, client, redis, topic, committed, tmp_path, fault, node_env=EXACTLY_ONCE
-        )
+        stage = Stage(settings, client, redis, topic, committed, tmp_path)
+        result, ledger, _ = await scenario(stage, name, fault, node_env=EXACTLY_ONCE)
         assert_once(result, ledger)
 
     @pytest.mark.parametrize("failpoint", ["after-claim", "before-commit", "after-publish"])
@@ -193,15 +192,6 @@ class TestFaults:
     ) -> None:
         """A node dies at a step of a transaction: claimed, sent but not committed,
         committed but not acked. A second node takes over; nothing fires twice."""
-        result, ledger = await crash_at(
-            failpoint,
-            f"eos-crash-{failpoint}",
-            settings,
-            client,
-            redis,
-            topic,
-            committed,
-            tmp_path,
-            EXACTLY_ONCE,
-        )
+        stage = Stage(settings, client, redis, topic, committed, tmp_path)
+        result, ledger = await crash_at(stage, failpoint, f"eos-crash-{failpoint}", EXACTLY_ONCE)
         assert_once(result, ledger)

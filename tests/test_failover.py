@@ -19,7 +19,8 @@ import os
 import random
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,6 @@ from cluster.connections.redis_conn import RedisClient
 from cluster.devstack.service import HOST
 from cluster.settings.config import Settings
 from tests.conftest import Collector
-from tests.faults.load import reading
 from tests.faults.redis_cluster import (
     cluster_healthy,
     cluster_ports,
@@ -43,11 +43,10 @@ from tests.faults.redis_cluster import (
     restart_node,
     wait_until,
 )
-from tests.faults.settle import settle
+from tests.faults.scenario import Fault, Run, Stage, scenario, stage
 from tests.faults.verdict import Ledger, Verdict, assert_safe
-from tests.processes import NodeProcess
 
-__all__ = ["healthy_cluster"]  # a fixture of tests/faults/redis_cluster.py
+__all__ = ["healthy_cluster", "stage"]  # fixtures of tests/faults/
 
 pytestmark = [
     pytest.mark.slow,
@@ -62,40 +61,29 @@ CHANGES_PER_TICK = 4
 
 
 async def failover_scenario(
-    name: str,
-    settings: Settings,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-    fault: Callable[[], Awaitable[None]],
-    delivery: str = "at_least_once",
-) -> tuple[Verdict, Ledger, list[NodeProcess]]:
-    settings = settings.replace(redis_wait_replicas=1)
+    stage: Stage, name: str, fault: Fault, delivery: str = "at_least_once"
+) -> tuple[Verdict, Ledger, Run]:
+    """Two nodes and a client of their own waiting for a replica (redis_wait_replicas=1)
+    under _load, fault() 2.5 s in; settled and judged as `name`, both nodes alive
+    throughout."""
+    settings = stage.settings.replace(redis_wait_replicas=1)
     await wait_until(cluster_healthy, "the cluster to be healthy")
     env = {"DELAYQ_REDIS_WAIT_REPLICAS": "1", "DELAYQ_DELIVERY": delivery}
-    procs = [NodeProcess(settings, tmp_path, f"{name}-{i}", env) for i in range(2)]
-    ledger = Ledger()
-    try:
-        async with DelayClient(settings) as client:
-            for proc in procs:
-                await proc.wait_ready()
-            async with reading(collector):
-                load = asyncio.create_task(_load(ledger, client, topic))
-                await asyncio.sleep(2.5)
-                await fault()
-                await load
-            result = await settle(name, ledger, collector, client, redis)
-        for proc in procs:
-            assert proc.returncode is None, f"{proc.name} exited: {proc.log_tail()}"
-    finally:
-        for proc in procs:
-            proc.kill()
+    async with DelayClient(settings) as client:
+        result, ledger, run = await scenario(
+            replace(stage, settings=settings, client=client),
+            name,
+            fault,
+            node_env=env,
+            load=_load,
+            fault_at_s=2.5,
+            all_running=True,
+        )
     print(
         f"[{name}] cancelled {len(ledger.cancelled)}, rescheduled {len(ledger.rescheduled)}, "
         f"changes with an unknown outcome {ledger.change_failed}"
     )
-    return result, ledger, procs
+    return result, ledger, run
 
 
 async def _load(ledger: Ledger, client: DelayClient, topic: str) -> None:
@@ -140,26 +128,18 @@ def assert_no_duplicate_if_exactly_once(mode: str, result: Verdict) -> None:
         assert result.duplicates == 0
 
 
-async def test_graceful_failover(
-    settings: Settings,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-    healthy_cluster: None,
-) -> None:
-    async def fault() -> None:
+async def test_graceful_failover(stage: Stage, healthy_cluster: None) -> None:
+    async def fault(run: Run) -> None:
         _, replica = (await pairs())[0]
         await ensure_master(replica)
 
-    result, ledger, _ = await failover_scenario(
-        "failover-graceful", settings, redis, topic, collector, tmp_path, fault
-    )
+    result, ledger, _ = await failover_scenario(stage, "failover-graceful", fault)
     assert_safe(result, ledger)
 
 
 async def test_kill_the_seed_master(
     settings: Settings,
+    client: DelayClient,
     redis: RedisClient,
     topic: str,
     delivery: tuple[str, Collector],
@@ -170,7 +150,7 @@ async def test_kill_the_seed_master(
     seed = cluster_ports()[0]
     await ensure_master(seed)
 
-    async def fault() -> None:
+    async def fault(run: Run) -> None:
         replica = dict(await pairs())[seed]
         killed = time.time()
         os.kill(pid_of(seed), signal.SIGKILL)
@@ -179,9 +159,8 @@ async def test_kill_the_seed_master(
         await restart_node(seed)
 
     mode, collector = delivery
-    result, ledger, _ = await failover_scenario(
-        f"failover-kill-seed-{mode}", settings, redis, topic, collector, tmp_path, fault, mode
-    )
+    stage = Stage(settings, client, redis, topic, collector, tmp_path)
+    result, ledger, _ = await failover_scenario(stage, f"failover-kill-seed-{mode}", fault, mode)
     assert_safe(result, ledger)
     assert_no_duplicate_if_exactly_once(mode, result)
     assert not await is_master(seed)  # back as a replica
@@ -189,6 +168,7 @@ async def test_kill_the_seed_master(
 
 async def test_lossy_failover(
     settings: Settings,
+    client: DelayClient,
     redis: RedisClient,
     topic: str,
     delivery: tuple[str, Collector],
@@ -198,7 +178,7 @@ async def test_lossy_failover(
     """The replica is frozen and its link cut, the master takes writes for a second
     that no replica has, then dies: the promoted replica lacks them."""
 
-    async def fault() -> None:
+    async def fault(run: Run) -> None:
         master, replica = (await pairs())[0]
         replica_pid = pid_of(replica)
         os.kill(replica_pid, signal.SIGSTOP)
@@ -220,8 +200,7 @@ async def test_lossy_failover(
         await restart_node(master)
 
     mode, collector = delivery
-    result, ledger, _ = await failover_scenario(
-        f"failover-lossy-{mode}", settings, redis, topic, collector, tmp_path, fault, mode
-    )
+    stage = Stage(settings, client, redis, topic, collector, tmp_path)
+    result, ledger, _ = await failover_scenario(stage, f"failover-lossy-{mode}", fault, mode)
     assert_safe(result, ledger)
     assert_no_duplicate_if_exactly_once(mode, result)

@@ -22,17 +22,13 @@ import signal
 import time
 import traceback
 from collections import Counter
-from pathlib import Path
-from typing import Any
+from dataclasses import replace
 
 import pytest
 
 from cluster import DelayClient, OutcomeUnknown, StoreUnavailable
-from cluster.connections.redis_conn import RedisClient
 from cluster.devstack import stack
-from cluster.settings.config import Settings
 from tests.conftest import Collector
-from tests.faults.load import reading
 from tests.faults.redis_cluster import (
     cluster_ports,
     ensure_master,
@@ -44,12 +40,12 @@ from tests.faults.redis_cluster import (
     restart_node,
     wait_until,
 )
-from tests.faults.settle import settle
+from tests.faults.scenario import Fault, Run, Stage, scenario, stage
 from tests.faults.verdict import Ledger, Verdict, assert_safe
 from tests.processes import NodeProcess
 
 pytestmark = [pytest.mark.slow]
-__all__ = ["healthy_cluster"]  # a fixture of tests/faults/redis_cluster.py
+__all__ = ["healthy_cluster", "stage"]  # fixtures of tests/faults/
 
 TICK_S = 0.1
 PER_TICK = 30  # jobs due soon: the steady load
@@ -175,61 +171,27 @@ def report(name: str, load: CancelLoad, collector: Collector, procs: list[NodePr
     return put_back
 
 
-def awaiting(task: asyncio.Task[Any]) -> list[str]:
-    """Where a task waits: its coroutines, outermost first, as file:line."""
-    where = []
-    step: Any = task.get_coro()
-    while step is not None and hasattr(step, "cr_frame"):
-        frame = step.cr_frame
-        if frame is not None:
-            where.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}")
-        step = step.cr_await
-    return where
-
-
-async def finished(task: asyncio.Task[None], timeout_s: float) -> None:
-    """Await the load; if it hangs, print where every task waits, then fail."""
-    done, _ = await asyncio.wait([task], timeout=timeout_s)
-    if not done:
-        for other in asyncio.all_tasks():
-            print(f"{other.get_name()}: {' <- '.join(awaiting(other))}")
-        task.cancel()
-        pytest.fail(f"the load did not finish within {timeout_s:g} s")
-    task.result()
-
-
 async def cancel_scenario(
-    name: str,
-    settings: Settings,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-    fault: object,
-    seconds: float,
-    node_env: dict[str, str] | None = None,
+    stage: Stage, name: str, fault: Fault, seconds: float, node_env: dict[str, str] | None = None
 ) -> tuple[Verdict, CancelLoad, int]:
-    """Two nodes, the load for `seconds`, fault() 2.5 s in; settled and judged as `name`.
-    Returns the verdict, the load and how many jobs the nodes put back."""
-    assert settings.reconcile_interval_ms == 300_000  # the full pass is no help here
-    procs = [NodeProcess(settings, tmp_path, f"{name}-{i}", node_env) for i in range(2)]
-    try:
-        async with DelayClient(settings) as client:
-            for proc in procs:
-                await proc.wait_ready()
-            load = CancelLoad(client, topic)
-            async with reading(collector):
-                running = asyncio.create_task(load.run(seconds))
-                await asyncio.sleep(2.5)
-                await fault()  # type: ignore[operator]
-                await finished(running, seconds + 60)
-            result = await settle(name, load.ledger, collector, client, redis)
-        for proc in procs:
-            assert proc.returncode is None, f"{proc.name} exited: {proc.log_tail()}"
-        put_back = report(name, load, collector, procs)
-    finally:
-        for proc in procs:
-            proc.kill()
+    """Two nodes and a client of their own, the load for `seconds`, fault() 2.5 s in;
+    settled and judged as `name`, both nodes alive throughout. Returns the verdict, the
+    load and how many jobs the nodes put back."""
+    assert stage.settings.reconcile_interval_ms == 300_000  # the full pass is no help here
+    async with DelayClient(stage.settings) as client:
+        load = CancelLoad(client, stage.topic)
+        result, _, run = await scenario(
+            replace(stage, client=client),
+            name,
+            fault,
+            node_env=node_env,
+            load=lambda *_: load.run(seconds),
+            ledger=load.ledger,
+            load_timeout_s=seconds + 60,
+            fault_at_s=2.5,
+            all_running=True,
+        )
+    put_back = report(name, load, stage.collector, run.procs)
     return result, load, put_back
 
 
@@ -257,25 +219,16 @@ async def mariadb_fault(kind: str) -> None:
 
 @pytest.mark.faults
 @pytest.mark.parametrize("kind", ["killed", "hung-killed", "frozen"])
-async def test_mariadb_fails_while_cancels_run(
-    kind: str,
-    settings: Settings,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_mariadb_fails_while_cancels_run(kind: str, stage: Stage) -> None:
     """MariaDB fails while cancels run: cancels meanwhile fail after their Redis step (or
     wait); the jobs of those that did not cancel fire once MySQL is back, none whose
     cancel returned true fires."""
 
-    async def fault() -> None:
+    async def fault(run: Run) -> None:
         await mariadb_fault(kind)
 
-    result, load, put_back = await cancel_scenario(
-        f"mariadb-{kind}-cancels", settings, redis, topic, collector, tmp_path, fault, 14.0
-    )
-    assert_cancels_answered(load, collector, result)
+    result, load, put_back = await cancel_scenario(stage, f"mariadb-{kind}-cancels", fault, 14.0)
+    assert_cancels_answered(load, stage.collector, result)
     if kind == "killed":
         assert load.raised  # the fault did meet cancels
     if kind == "hung-killed":
@@ -288,66 +241,44 @@ WAITING_FOR_A_REPLICA = {"DELAYQ_REDIS_WAIT_REPLICAS": "1"}
 
 @pytest.mark.failover
 @needs_replicas
-async def test_graceful_failover_while_cancels_run(
-    settings: Settings,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-    healthy_cluster: None,
-) -> None:
+async def test_graceful_failover_while_cancels_run(stage: Stage, healthy_cluster: None) -> None:
     """CLUSTER FAILOVER of a master while cancels run: a cancel whose reply is lost in
     the topology change raises OutcomeUnknown, and its job, if MySQL does not call it
     cancelled, is back within seconds and fires."""
 
-    async def fault() -> None:
+    async def fault(run: Run) -> None:
         _, replica = (await pairs())[0]
         await ensure_master(replica)
 
     result, load, _ = await cancel_scenario(
+        stage.with_settings(redis_wait_replicas=1),
         "failover-graceful-cancels",
-        settings.replace(redis_wait_replicas=1),
-        redis,
-        topic,
-        collector,
-        tmp_path,
         fault,
         8.0,
         WAITING_FOR_A_REPLICA,
     )
-    assert_cancels_answered(load, collector, result)
+    assert_cancels_answered(load, stage.collector, result)
 
 
 @pytest.mark.failover
 @needs_replicas
-async def test_seed_master_killed_while_cancels_run(
-    settings: Settings,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-    healthy_cluster: None,
-) -> None:
+async def test_seed_master_killed_while_cancels_run(stage: Stage, healthy_cluster: None) -> None:
     """kill -9 of the master named first in redis_url while cancels run; its replica
     takes over, and it comes back as a replica."""
     seed = cluster_ports()[0]
     await ensure_master(seed)
 
-    async def fault() -> None:
+    async def fault(run: Run) -> None:
         replica = dict(await pairs())[seed]
         os.kill(pid_of(seed), signal.SIGKILL)
         await wait_until(lambda: is_master(replica), "the replica to be promoted")
         await restart_node(seed)
 
     result, load, _ = await cancel_scenario(
+        stage.with_settings(redis_wait_replicas=1),
         "failover-kill-seed-cancels",
-        settings.replace(redis_wait_replicas=1),
-        redis,
-        topic,
-        collector,
-        tmp_path,
         fault,
         8.0,
         WAITING_FOR_A_REPLICA,
     )
-    assert_cancels_answered(load, collector, result)
+    assert_cancels_answered(load, stage.collector, result)

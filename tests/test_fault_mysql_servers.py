@@ -48,6 +48,7 @@ from tests.faults.private import (
     redis_fixture,
     settings_fixture,
 )
+from tests.faults.scenario import Run, Stage, scenario, stage
 from tests.faults.settle import settle
 from tests.faults.timing import spread_s
 from tests.faults.verdict import Ledger, Verdict, assert_safe
@@ -55,6 +56,7 @@ from tests.mysql_tools import ids_on_server
 from tests.processes import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
+__all__ = ["stage"]  # a fixture of tests/faults/scenario.py
 
 STATE_DIR = Path(os.environ.get("DELAYQ_TEST_PRIVATE_STACK_DIR", "/tmp/delayq-fault-mysql-servers"))
 PORTS = {"REDIS": "26379", "MYSQL": "26306", "ZOOKEEPER": "22181", "KAFKA": "29092"}
@@ -264,39 +266,32 @@ async def rows_of(client: DelayClient, ids: set[str]) -> set[str]:
 
 
 async def server_outage(
-    name: str,
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-    fault: Callable[[Window, Settings], Awaitable[None]],
+    stage: Stage, name: str, fault: Callable[[Window, Settings], Awaitable[None]]
 ) -> tuple[Verdict, Producer, Window]:
     """Two nodes; jobs due over ~20 s on every server; then, beside producers writing a
     batch per server every tick (and a mixed one now and then), the fault on server 1
     FAULT_AT_S into the load. Settled and judged as `name`."""
-    procs = [NodeProcess(settings, tmp_path, f"{name}-{i}") for i in range(2)]
-    producer = Producer(client, topic)
+    producer = Producer(stage.client, stage.topic)
     window = Window()
-    try:
-        for proc in procs:
-            await proc.wait_ready()
-        async with reading(collector):
-            await producer.spread(SPREAD_JOBS)
-            load = [
-                asyncio.create_task(producer.per_server(server, LOAD_S))
-                for server in range(SERVERS)
-            ]
-            load.append(asyncio.create_task(producer.mixed(LOAD_S)))
-            await asyncio.sleep(FAULT_AT_S)
-            await fault(window, settings)
-            await asyncio.gather(*load)
-        result = await settle(name, producer.ledger, collector, client, redis, timeout_s=180)
-    finally:
-        for proc in procs:
-            proc.kill()
-    report(name, producer, collector, window, tmp_path)
+
+    async def load(ledger: Ledger, client: DelayClient, topic: str) -> None:
+        per_server = [producer.per_server(server, LOAD_S) for server in range(SERVERS)]
+        await asyncio.gather(*per_server, producer.mixed(LOAD_S))
+
+    async def strike(run: Run) -> None:
+        await fault(window, stage.settings)
+
+    result, _, _ = await scenario(
+        stage,
+        name,
+        strike,
+        load=load,
+        ledger=producer.ledger,
+        before_load=lambda: producer.spread(SPREAD_JOBS),
+        fault_at_s=FAULT_AT_S,
+        settle_timeout_s=180,
+    )
+    report(name, producer, stage.collector, window, stage.tmp_path)
     return result, producer, window
 
 
@@ -418,23 +413,13 @@ async def check_outage(
 
 
 @pytest.mark.parametrize("payload_lead_ms", LEADS)
-async def test_one_server_killed_and_restarted(
-    payload_lead_ms: int,
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_one_server_killed_and_restarted(payload_lead_ms: int, stage: Stage) -> None:
     """Server 1 killed -9, started again 8 s later: its jobs' calls fail with a clear
     answer meanwhile, the other servers' jobs fire on time, and its jobs beyond the
     horizon fire once it is back."""
     name = f"mysql-server-killed-{_kind(payload_lead_ms)}"
-    result, producer, window = await server_outage(
-        name, settings, client, redis, topic, collector, tmp_path, kill_and_restart
-    )
-    await check_outage(name, result, producer, window, collector, client)
+    result, producer, window = await server_outage(stage, name, kill_and_restart)
+    await check_outage(name, result, producer, window, stage.collector, stage.client)
     during = [c for c in producer.calls if window.struck <= c.started < window.resumed]
     failed_server = [c for c in during if c.server == FAILED]
     assert failed_server and all(c.outcome == "unavailable" for c in failed_server)
@@ -442,21 +427,11 @@ async def test_one_server_killed_and_restarted(
 
 
 @pytest.mark.parametrize("payload_lead_ms", LEADS)
-async def test_one_server_frozen(
-    payload_lead_ms: int,
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_one_server_frozen(payload_lead_ms: int, stage: Stage) -> None:
     """Server 1 stopped (SIGSTOP) for 8 s, then continued: calls on it wait for it."""
     name = f"mysql-server-frozen-{_kind(payload_lead_ms)}"
-    result, producer, window = await server_outage(
-        name, settings, client, redis, topic, collector, tmp_path, freeze
-    )
-    await check_outage(name, result, producer, window, collector, client)
+    result, producer, window = await server_outage(stage, name, freeze)
+    await check_outage(name, result, producer, window, stage.collector, stage.client)
 
 
 async def rows_written_on(conn: Any, tables: list[str]) -> int:

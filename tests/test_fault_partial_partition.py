@@ -29,7 +29,7 @@ from cluster import DelayClient
 from cluster.connections.redis_conn import RedisClient
 from cluster.settings.config import Settings
 from tests.conftest import Collector
-from tests.faults.scenario import Run, scenario
+from tests.faults.scenario import Run, Stage, scenario, stage
 from tests.faults.verdict import Verdict, assert_safe
 from tests.kafka_relay import KafkaRelay
 from tests.processes import FAST_FAILOVER, slots_served_by, wait_served
@@ -43,6 +43,7 @@ pytestmark = [
         reason="a relay in front of one node of a Redis Cluster cannot cut a client off it",
     ),
 ]
+__all__ = ["stage"]  # a fixture of tests/faults/scenario.py
 
 NODES = 3
 CUT_S = 8.0
@@ -92,16 +93,8 @@ def _spread(lateness_ms: list[float]) -> str:
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("service", ["redis", "kafka", "mysql", "zk"])
-async def test_a_node_cut_off_from_one_service(
-    service: str,
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
-    await cut_off_from(service, settings, client, redis, topic, collector, tmp_path)
+async def test_a_node_cut_off_from_one_service(service: str, stage: Stage) -> None:
+    await cut_off_from(stage, service)
 
 
 @pytest.mark.long
@@ -119,32 +112,18 @@ async def test_a_node_cut_off_from_kafka_with_exactly_once(
     collector = Collector(settings, topic, isolation_level="read_committed")
     await collector.start()
     try:
-        result = await cut_off_from(
-            "kafka",
-            settings,
-            client,
-            redis,
-            topic,
-            collector,
-            tmp_path,
-            {"DELAYQ_DELIVERY": "exactly_once"},
-        )
+        stage = Stage(settings, client, redis, topic, collector, tmp_path)
+        result = await cut_off_from(stage, "kafka", {"DELAYQ_DELIVERY": "exactly_once"})
     finally:
         await collector.stop()
     assert result.duplicates == 0
 
 
 async def cut_off_from(
-    service: str,
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-    extra_env: dict[str, str] | None = None,
+    stage: Stage, service: str, extra_env: dict[str, str] | None = None
 ) -> Verdict:
     """The scenario (module docstring), judged; its verdict."""
+    settings, collector = stage.settings, stage.collector
     host, port = _target(settings, service)
     relay = KafkaRelay(host, port) if service == "kafka" else Relay(port)
     await relay.start()
@@ -179,13 +158,8 @@ async def cut_off_from(
 
     try:
         result, ledger, run = await scenario(
+            stage,
             name,
-            settings,
-            client,
-            redis,
-            topic,
-            collector,
-            tmp_path,
             fault,
             nodes=NODES,
             node_env=lambda i: {**env, **through} if i == 0 else env,

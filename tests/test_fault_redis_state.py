@@ -24,13 +24,14 @@ from cluster.scripts.runner import load_source
 from cluster.settings.config import Settings
 from tests.conftest import Collector
 from tests.faults.load import reading, steady_load
-from tests.faults.scenario import Run, down_for, scenario
+from tests.faults.scenario import Run, Stage, down_for, scenario, stage
 from tests.faults.settle import settle
 from tests.faults.verdict import Ledger, assert_safe
 from tests.forwarder import Forwarder, free_port
 from tests.processes import NodeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
+__all__ = ["stage"]  # a fixture of tests/faults/scenario.py
 
 
 class ClaimReplyDropper(Forwarder):
@@ -131,23 +132,14 @@ async def test_a_claim_whose_reply_is_lost_is_handed_out_again(
     assert "a claim whose reply was lost" in node.log_path.read_text()
 
 
-async def test_redis_stopped_while_claims_run(
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_redis_stopped_while_claims_run(stage: Stage) -> None:
     """Redis stopped (SIGTERM) for 10 s under load, while the nodes claim: nothing lost,
     none early; the worst lateness after the heal is printed and recorded."""
 
     async def fault(run: Run) -> None:
         await down_for("redis", 10)
 
-    result, ledger, _ = await scenario(
-        "redis-stopped-while-claiming", settings, client, redis, topic, collector, tmp_path, fault
-    )
+    result, ledger, _ = await scenario(stage, "redis-stopped-while-claiming", fault)
     assert_safe(result, ledger)
 
 

@@ -24,8 +24,6 @@ from pathlib import Path
 
 import pytest
 
-from cluster import DelayClient
-from cluster.connections.redis_conn import RedisClient
 from cluster.devstack import zk_ensemble
 from cluster.model.keys import KeySpace
 from cluster.observe.status import read_status
@@ -39,13 +37,14 @@ from tests.faults.private import (
     redis_fixture,
     settings_fixture,
 )
-from tests.faults.scenario import Run, scenario
+from tests.faults.scenario import Run, Stage, scenario, stage
 from tests.faults.timing import lateness, longest_pause_s
 from tests.faults.verdict import Verdict, assert_safe
 from tests.processes import slots_served_by, wait_served
 from tests.zk_relay import Relay
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
+__all__ = ["stage"]  # a fixture of tests/faults/scenario.py
 
 STATE_DIR = Path(
     os.environ.get("DELAYQ_TEST_PRIVATE_ZK_STACK_DIR", "/tmp/delayq-fault-zk-ensemble")
@@ -123,14 +122,7 @@ def report(run: Run, result: Verdict, collector: Collector, extra: str) -> None:
 # ----- the scenarios --------------------------------------------------------------------
 
 
-async def test_the_zookeeper_leader_killed_and_restarted(
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_the_zookeeper_leader_killed_and_restarted(stage: Stage) -> None:
     """kill -9 of the ensemble's leader: the two others elect a new one; the nodes keep
     their slots or take them again, and it comes back as a follower 5 s later."""
     killed: list[str] = []
@@ -152,13 +144,8 @@ async def test_the_zookeeper_leader_killed_and_restarted(
         run.mark("healed")
 
     result, ledger, run = await scenario(
+        stage,
         "zk-leader-killed",
-        settings,
-        client,
-        redis,
-        topic,
-        collector,
-        tmp_path,
         fault,
         load_s=FAULT_AT_S + LEADER_DOWN_S + 8,
         fault_at_s=FAULT_AT_S,
@@ -171,7 +158,7 @@ async def test_the_zookeeper_leader_killed_and_restarted(
     report(
         run,
         result,
-        collector,
+        stage.collector,
         f"leader {killed[0]} killed, new leader after "
         f"{run.marks['elected'] - run.marks['struck']:.2f} s, back after "
         f"{run.marks['healed'] - run.marks['struck']:.1f} s; modes now {modes()}; "
@@ -183,14 +170,7 @@ async def test_the_zookeeper_leader_killed_and_restarted(
     assert sorted(str(mode) for mode in modes().values()) == ["follower", "follower", "leader"]
 
 
-async def test_two_of_three_zookeeper_servers_down_for_30_s(
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_two_of_three_zookeeper_servers_down_for_30_s(stage: Stage) -> None:
     """No quorum for 30 s: the nodes stop moving and claiming (no slot owned, no job
     moved), nothing fires early or twice, and they serve every slot again once the
     servers are back."""
@@ -205,17 +185,12 @@ async def test_two_of_three_zookeeper_servers_down_for_30_s(
         run.mark("resumed")
         await STACK.restart_servers()
         run.mark("healed")
-        await wait_served(settings, set(run.ports), timeout_s=120)
+        await wait_served(stage.settings, set(run.ports), timeout_s=120)
         run.mark("served")
 
     result, ledger, run = await scenario(
+        stage,
         "zk-no-quorum-30s",
-        settings,
-        client,
-        redis,
-        topic,
-        collector,
-        tmp_path,
         fault,
         load_s=FAULT_AT_S + NO_QUORUM_S + 10,
         fault_at_s=FAULT_AT_S,
@@ -235,7 +210,7 @@ async def test_two_of_three_zookeeper_servers_down_for_30_s(
     report(
         run,
         result,
-        collector,
+        stage.collector,
         f"no node owned a slot from {stopped_after:.2f} s after the fault on (sampled "
         f"{len(idle)} times, moved counters {moved[0]} then {moved[1]}); every slot "
         f"served again {run.marks['served'] - run.marks['healed']:.2f} s after the servers "
@@ -247,14 +222,7 @@ async def test_two_of_three_zookeeper_servers_down_for_30_s(
     assert result.duplicates == 0
 
 
-async def test_a_node_cut_off_from_zookeeper_alone(
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_a_node_cut_off_from_zookeeper_alone(stage: Stage) -> None:
     """Three nodes; node 0 reaches the ensemble through relays the test cuts for 10 s
     (silence, no closed connection), Redis, MySQL and Kafka directly. It stops working
     on its slots on its own, the others take them after its session expires, with new
@@ -268,17 +236,17 @@ async def test_a_node_cut_off_from_zookeeper_alone(
 
     async def fault(run: Run) -> None:
         cut_off = run.procs[0].name
-        status = await read_status(settings)
+        status = await read_status(stage.settings)
         before.update({s.slot: s.epoch for s in status.slot_status if s.owner_node == cut_off})
         assert before
         for relay in relays:
             relay.cut()
         run.mark("struck")
         others = {proc.name for proc in run.procs[1:]}
-        await wait_served(settings, others, timeout_s=60)
+        await wait_served(stage.settings, others, timeout_s=60)
         run.mark("taken")
         # Its late writes: a script run as the owner with its old epochs is refused.
-        scripts = Scripts(redis, KeySpace(settings.key_prefix))
+        scripts = Scripts(stage.redis, KeySpace(stage.settings.key_prefix))
         replies = await scripts.move_many(sorted(before.items()), limit=10)
         fenced.update(
             {slot: reply is None for slot, reply in zip(sorted(before), replies, strict=True)}
@@ -287,18 +255,13 @@ async def test_a_node_cut_off_from_zookeeper_alone(
         for relay in relays:
             relay.heal()
         run.mark("healed")
-        await wait_served(settings, {proc.name for proc in run.procs}, timeout_s=120)
+        await wait_served(stage.settings, {proc.name for proc in run.procs}, timeout_s=120)
         run.mark("rejoined")
 
     try:
         result, ledger, run = await scenario(
+            stage,
             "zk-node-partitioned",
-            settings,
-            client,
-            redis,
-            topic,
-            collector,
-            tmp_path,
             fault,
             nodes=3,
             load_s=FAULT_AT_S + PARTITION_S + 10,
@@ -314,11 +277,11 @@ async def test_a_node_cut_off_from_zookeeper_alone(
             await relay.close()
     cut_off = run.procs[0].name
     gave_up = "dropping all" in run.procs[0].log_path.read_text()
-    served = await slots_served_by(settings)
+    served = await slots_served_by(stage.settings)
     report(
         run,
         result,
-        collector,
+        stage.collector,
         f"{cut_off} held {len(before)} slots; it held none after "
         f"{run.dropped_s(cut_off, 'struck', 'taken'):.1f} s of sampling before the others "
         f"took them, {run.marks['taken'] - run.marks['struck']:.2f} s after the cut; its "

@@ -26,57 +26,33 @@ from cluster.devstack import stack
 from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
 from tests.faults.load import reading
-from tests.faults.scenario import Run, crash_at, down_for, scenario
+from tests.faults.scenario import Run, Stage, crash_at, down_for, scenario, stage
 from tests.faults.settle import settle
 from tests.faults.verdict import Ledger, assert_safe
 from tests.processes import NodeProcess
 
 # Faults kill the single-instance services, so the Redis Cluster pass leaves them out.
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
+__all__ = ["stage"]  # a fixture of tests/faults/scenario.py
 
 
-async def test_sigkill_a_node_mid_dispatch(
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_sigkill_a_node_mid_dispatch(stage: Stage) -> None:
     async def fault(run: Run) -> None:
         run.procs[0].signal(signal.SIGKILL)
 
-    result, ledger, _ = await scenario(
-        "sigkill-node", settings, client, redis, topic, collector, tmp_path, fault
-    )
+    result, ledger, _ = await scenario(stage, "sigkill-node", fault)
     assert_safe(result, ledger)
 
 
-async def test_flushall(
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_flushall(stage: Stage) -> None:
     async def fault(run: Run) -> None:
-        await redis.flushall()
+        await stage.redis.flushall()
 
-    result, ledger, _ = await scenario(
-        "flushall", settings, client, redis, topic, collector, tmp_path, fault
-    )
+    result, ledger, _ = await scenario(stage, "flushall", fault)
     assert_safe(result, ledger)
 
 
-async def test_redis_restarted_without_persistence(
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_redis_restarted_without_persistence(stage: Stage) -> None:
     """Redis dies and comes back empty (its AOF deleted): the lost owner keys fence the
     nodes, which take their slots again and re-add the pending jobs from MySQL."""
 
@@ -88,9 +64,7 @@ async def test_redis_restarted_without_persistence(
         shutil.rmtree(stack.state_dir() / "redis" / "appendonlydir", ignore_errors=True)
         await asyncio.to_thread(stack.up)
 
-    result, ledger, _ = await scenario(
-        "redis-restart-empty", settings, client, redis, topic, collector, tmp_path, fault
-    )
+    result, ledger, _ = await scenario(stage, "redis-restart-empty", fault)
     assert_safe(result, ledger)
 
 
@@ -149,14 +123,7 @@ async def test_redis_down_after_the_mysql_commit(
     assert sorted(str(r["job_id"]) for r in records) == sorted(ids)
 
 
-async def test_broker_unreachable_for_10_s(
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_broker_unreachable_for_10_s(stage: Stage) -> None:
     """The broker dies (kill -9) and is started again 10 s later with its log, which
     Apache Kafka keeps on disk: publishing fails meanwhile and is retried with backoff,
     and every record it acknowledged before it died is still there afterwards."""
@@ -168,59 +135,32 @@ async def test_broker_unreachable_for_10_s(
         await asyncio.sleep(10)
         await asyncio.to_thread(stack.up)  # starts what does not run: the broker
 
-    result, ledger, _ = await scenario(
-        "broker-down-10s", settings, client, redis, topic, collector, tmp_path, fault
-    )
+    result, ledger, _ = await scenario(stage, "broker-down-10s", fault)
     assert_safe(result, ledger)
     assert result.acked_not_in_kafka == []
 
 
-async def test_mysql_down_for_10_s(
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_mysql_down_for_10_s(stage: Stage) -> None:
     """schedule() fails with StoreUnavailable and writes nothing; firing goes on and the
     outcomes are recorded when MySQL is back."""
 
     async def fault(run: Run) -> None:
         await down_for("mysql", 10)
 
-    result, ledger, _ = await scenario(
-        "mysql-down-10s", settings, client, redis, topic, collector, tmp_path, fault
-    )
+    result, ledger, _ = await scenario(stage, "mysql-down-10s", fault)
     assert_safe(result, ledger)
     assert ledger.schedule_failed > 0
 
 
-async def test_zookeeper_down_for_10_s(
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_zookeeper_down_for_10_s(stage: Stage) -> None:
     async def fault(run: Run) -> None:
         await down_for("zookeeper", 10)
 
-    result, ledger, _ = await scenario(
-        "zookeeper-down-10s", settings, client, redis, topic, collector, tmp_path, fault
-    )
+    result, ledger, _ = await scenario(stage, "zookeeper-down-10s", fault)
     assert_safe(result, ledger)
 
 
-async def test_a_node_whose_zookeeper_session_expires(
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_a_node_whose_zookeeper_session_expires(stage: Stage) -> None:
     """A node freezes (SIGSTOP) past its 3 s session timeout: the other node takes its
     slots, fenced by new epochs; it wakes up, finds its session gone and rejoins."""
 
@@ -231,20 +171,11 @@ async def test_a_node_whose_zookeeper_session_expires(
         finally:
             run.procs[0].signal(signal.SIGCONT)
 
-    result, ledger, _ = await scenario(
-        "zk-session-expired", settings, client, redis, topic, collector, tmp_path, fault
-    )
+    result, ledger, _ = await scenario(stage, "zk-session-expired", fault)
     assert_safe(result, ledger)
 
 
-async def test_poison_jobs_go_dead_and_the_rest_fire(
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_poison_jobs_go_dead_and_the_rest_fire(stage: Stage) -> None:
     poisoned = 0  # how many the load scheduled: it makes fewer ticks on a busy machine
 
     def poison(tick: int) -> list[dict[str, Any]]:
@@ -252,19 +183,14 @@ async def test_poison_jobs_go_dead_and_the_rest_fire(
         if tick % 10:
             return []
         poisoned += 1
-        return [{"topic": topic, "payload": "x" * 30_000, "delay": 0.5, "max_attempts": 2}]
+        return [{"topic": stage.topic, "payload": "x" * 30_000, "delay": 0.5, "max_attempts": 2}]
 
     async def fault(run: Run) -> None:
         return None
 
     result, ledger, _ = await scenario(
+        stage,
         "poison-jobs",
-        settings,
-        client,
-        redis,
-        topic,
-        collector,
-        tmp_path,
         fault,
         # Payloads over the nodes' record limit, which producers (default limits) accept.
         node_env={"DELAYQ_KAFKA_MAX_BATCH_BYTES": "20000", "DELAYQ_PAYLOAD_MAX_BYTES": "15000"},
@@ -275,25 +201,13 @@ async def test_poison_jobs_go_dead_and_the_rest_fire(
     assert 1 <= result.dead <= poisoned
 
 
-async def test_node_clock_an_hour_ahead(
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_node_clock_an_hour_ahead(stage: Stage) -> None:
     async def fault(run: Run) -> None:
         return None
 
     result, ledger, _ = await scenario(
+        stage,
         "clock-1h-ahead",
-        settings,
-        client,
-        redis,
-        topic,
-        collector,
-        tmp_path,
         fault,
         nodes=1,
         node_env={"DELAYQ_CLOCK_OFFSET_MS": "3600000"},
@@ -302,19 +216,9 @@ async def test_node_clock_an_hour_ahead(
 
 
 @pytest.mark.parametrize("failpoint", NAMES)
-async def test_crash_at_failpoint(
-    failpoint: str,
-    settings: Settings,
-    client: DelayClient,
-    redis: RedisClient,
-    topic: str,
-    collector: Collector,
-    tmp_path: Path,
-) -> None:
+async def test_crash_at_failpoint(failpoint: str, stage: Stage) -> None:
     """A node dies at an exact step; a second node (started when it died) loses nothing."""
-    result, ledger = await crash_at(
-        failpoint, f"crash-{failpoint}", settings, client, redis, topic, collector, tmp_path
-    )
+    result, ledger = await crash_at(stage, failpoint, f"crash-{failpoint}")
     assert_safe(result, ledger)
 
 

@@ -41,8 +41,8 @@ from cluster.devstack import stack
 from cluster.model.envelope import murmur2, partition_of
 from cluster.settings.config import Settings
 from tests.conftest import Collector
-from tests.faults.load import reading, steady_load
-from tests.faults.settle import settle, write_row
+from tests.faults.scenario import Run, Stage, scenario
+from tests.faults.settle import write_row
 from tests.faults.verdict import Ledger, Verdict, assert_safe
 from tests.kafka_cluster import (  # the fixture kafka_cluster
     PARTITIONS,
@@ -188,8 +188,9 @@ async def kafka_scenario(
     delivery: Delivery,
     caplog: pytest.LogCaptureFixture,
 ) -> Outcome:
-    """Two nodes on the cluster under steady load; `fault` after LEAD_S; the load goes
-    on until AFTER_HEAL_S after it healed; then settle, judge and record."""
+    """Two nodes on the cluster under steady load (the harness's scenario); `fault`
+    after LEAD_S; the load goes on until AFTER_HEAL_S after it healed; then settle,
+    judge and record this module's row."""
     began = time.monotonic()
     caplog.set_level(logging.WARNING, logger="aiokafka")
     healthy_s = await cluster.wait_healthy()
@@ -198,54 +199,45 @@ async def kafka_scenario(
     broker_errors = {name: len(cluster.log_lines(name)) for name in cluster.ports}
     pids_before = shared_pids()
     collector = make_collector(ours, topic, delivery.consumer_options)
-    procs: list[NodeProcess] = []
-    ledger = Ledger()
     schedule_errors: list[str] = []
     collector_errors: list[str] = []
+    struck: dict[str, Any] = {}  # what the fault did, and when it broke and healed
+
+    async def strike(run: Run) -> None:
+        struck["controller"] = cluster.active_controller()
+        broke = time.monotonic()
+        struck["broke_ms"] = time.time() * 1000
+        struck["facts"] = await fault(cluster, topic)
+        struck["healed_ms"] = time.time() * 1000
+        struck["fault_s"] = time.monotonic() - broke
+
     try:
         await collector.start()
-        procs = [NodeProcess(ours, tmp_path, f"{name}-{i}", delivery.node_env) for i in range(2)]
-        for proc in procs:
-            await proc.wait_ready()
-        async with reading(collector, collector_errors):
-            stop = asyncio.Event()
-            load = asyncio.create_task(
-                steady_load(ledger, client, topic, stop=stop, errors=schedule_errors)
-            )
-            try:
-                await asyncio.sleep(LEAD_S)
-                controller = cluster.active_controller()
-                broke = time.monotonic()
-                broke_ms = time.time() * 1000
-                facts = await fault(cluster, topic)
-                healed_ms = time.time() * 1000
-                fault_s = time.monotonic() - broke
-                await asyncio.sleep(1.0)
-                await asyncio.sleep(AFTER_HEAL_S - 1.0)
-            finally:
-                stop.set()
-                await load
-            load_done = time.monotonic()
-            # reading() goes on polling (a verdict takes a second or two, which would
-            # otherwise count as the last records' lateness); the row is this module's.
-            result = await settle(
-                None,
-                ledger,
-                collector,
-                client,
-                redis,
-                SETTLE_TIMEOUT_S,
-                reader_polls=True,
-                final_tries=4,
-            )
-            settle_s = time.monotonic() - load_done
-        exited = {proc.name: proc.returncode for proc in procs if proc.returncode is not None}
-        pids_after = shared_pids()
-        problems = {proc.name: node_log_problems(proc) for proc in procs}
+        # reading() goes on polling while it settles (a verdict takes a second or two,
+        # which would otherwise count as the last records' lateness); the row is this
+        # module's.
+        result, ledger, run = await scenario(
+            Stage(ours, client, redis, topic, collector, tmp_path),
+            name,
+            strike,
+            node_env=delivery.node_env,
+            load_after_fault_s=AFTER_HEAL_S,
+            load_errors=schedule_errors,
+            reader_errors=collector_errors,
+            fault_at_s=LEAD_S,
+            settle_timeout_s=SETTLE_TIMEOUT_S,
+            reader_polls=True,
+            final_tries=4,
+            recorded=False,
+        )
     finally:
-        for proc in procs:
-            proc.kill()
         await collector.stop()
+    exited = run.exited
+    settle_s = run.marks["settled"] - run.marks["load_end"]
+    pids_after = shared_pids()
+    problems = {proc.name: node_log_problems(proc) for proc in run.procs}
+    controller, facts = struck["controller"], struck["facts"]
+    broke_ms, healed_ms, fault_s = struck["broke_ms"], struck["healed_ms"], struck["fault_s"]
     records: list[dict[str, Any]] = list(collector.records)
     dump_records(tmp_path / "records.jsonl", records, collector.keys, broke_ms, healed_ms)
     new_errors = {name: cluster.log_lines(name)[broker_errors[name] :] for name in cluster.ports}

@@ -7,9 +7,13 @@ correctness benchmarks share.
   polling meanwhile).
 - settle.py: settle (wait until nothing is lost, pending or firing, then judge) and the
   scenario rows it records in benchmarks/results/faults.jsonl (record, write_row).
-- scenario.py: scenario (nodes under the load while a fault strikes; options for
-  metrics sampling, serving before the load, all nodes running throughout), Run and
-  Round (a run's nodes, metrics and marks), down_for and crash_at.
+- scenario.py: scenario, the one scenario runner (nodes under a load while a fault
+  strikes, settled and judged; options for the nodes, the load (steady for a time or
+  until after the fault, or one's own with its ledger, a watchdog on its end),
+  settling, metrics sampling, serving before the load, all nodes running throughout),
+  which every module's runner wraps; Stage and its fixture `stage` (the settings,
+  client, Redis, topic, collector and tmp_path a scenario runs on), Run and Round (a
+  run's nodes, metrics and marks), down_for and crash_at (a scenario too).
 - stores.py: in_redis and redis_places (what Redis holds of a job).
 - timing.py: spread_s, lateness and longest_pause_s (read from fired records).
 - private.py: PrivateStack (a `delayq services` stack of a module's own), gone, and

@@ -99,7 +99,14 @@ class Withdrawal:
             return False  # joining again after its session ended: the usual pass
         failing = tuple(self.watch.unanswered(self.bound_s / 2))
         if failing != self._marked:
-            await self._mark(m, failing)
+            try:
+                await self._mark(m, failing)
+            except exc.NoNode:
+                # The member znode is gone (its session expired while the node was cut
+                # off): the pass registers a new one, which starts unmarked. Raising
+                # here would stop every pass before that, and the node would never rejoin.
+                self._marked = ()
+                return False
         cut = self.watch.unanswered(self.bound_s)
         if not cut or not await self._others_can_serve(m):
             return False

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import time
+
+import orjson
 import pytest
 
 from actors.membership import Membership
 from actors.node import Node
 from actors.ownership import HeldSlots
+from actors.store_watch import StoreWatch
+from actors.withdrawal import Withdrawal
 from cluster import DelayClient, Job
 from cluster.connections.redis_conn import RedisClient
 from cluster.errors import ClusterConfigError, SchemaError
@@ -17,7 +22,9 @@ from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
 
 
-def joining_member(settings: Settings, redis: RedisClient) -> Membership:
+def joining_member(
+    settings: Settings, redis: RedisClient, withdrawal: Withdrawal | None = None
+) -> Membership:
     """A membership that is not part of a node (nothing to wake, nothing to wait for)."""
 
     async def nothing_in_flight(slot: int) -> None:
@@ -29,6 +36,7 @@ def joining_member(settings: Settings, redis: RedisClient) -> Membership:
         HeldSlots(),
         on_acquired=lambda slot: None,
         quiesce=nothing_in_flight,
+        withdrawal=withdrawal,
     )
 
 
@@ -54,6 +62,40 @@ async def test_a_node_with_another_slot_count_is_refused(
             await DelayClient(other).open()
     finally:
         await first.leave()
+
+
+async def test_a_member_whose_marked_znode_is_gone_registers_again(
+    settings: Settings, redis: RedisClient
+) -> None:
+    """A member marks Kafka unreachable in its znode; then the znode goes (as when its
+    session expires while it is cut off) and Kafka answers again. Clearing the mark of
+    a znode that is gone must not stop the pass: the member registers anew."""
+    bound_s = 10.0
+    settings = settings.replace(store_unreachable_release_ms=int(bound_s * 1000))
+
+    async def kafka_answers() -> bool:
+        return True
+
+    watch = StoreWatch(bound_s, {"kafka": kafka_answers})  # not started: the test records
+    member = joining_member(settings, redis, Withdrawal(settings, watch))
+    await member.join()
+    assert member.zk is not None
+    members = f"{settings.zk_cluster_root}/members"
+    try:
+        watch.links["kafka"].last_ok = time.monotonic() - bound_s * 0.75
+        assert not await member.withdrawal.step(member)
+        marked = orjson.loads(await member.zk.get_data(f"{members}/{member.member}"))
+        assert marked["unreachable"] == ["kafka"]
+        gone = member.member
+        await member.zk.delete(f"{members}/{gone}")
+        watch.record("kafka", True, time.monotonic())
+
+        assert not await member.withdrawal.step(member)  # raised NoNode before
+        await member._reconcile()
+        assert member.member not in (None, gone)
+        assert member.member in await member.zk.get_children(members)
+    finally:
+        await member.leave()
 
 
 async def test_two_nodes_split_the_slots_and_hand_them_over_on_stop(

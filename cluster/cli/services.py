@@ -9,7 +9,7 @@ import sys
 
 def services(args: argparse.Namespace) -> int:
     try:
-        from cluster.devstack import stack
+        from cluster.devstack import services_command
     except ImportError as exc:  # psutil comes with the local extra only
         print(
             f"delayq services: {exc.name} is not installed: pip install 'delayq[local]'",
@@ -20,7 +20,7 @@ def services(args: argparse.Namespace) -> int:
         from cluster.devstack import production
 
         return production.run(args.action, purge=args.purge)
-    return stack.run(
+    return services_command.run(
         args.action,
         purge=args.purge,
         redis_cluster=args.redis_cluster,

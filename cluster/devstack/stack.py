@@ -32,7 +32,8 @@ with the documented ACLs; with Tansu: TLS only, a stunnel front on 19093 before 
 CA, certificate and passwords are made once (cluster/devstack/secure.py);
 ``stack_env(secure=True)`` names them. See docs/security.md.
 
-This module lists the services and runs the commands; each service's own start-up lives
+This module lists the services and starts, stops and shows them (the command line's
+flags are read in cluster/devstack/services_command.py); each service's own start-up lives
 in cluster/devstack/redis_server.py, mariadb.py, zookeeper.py, kafka.py and tansu.py, the
 process handling in cluster/devstack/processes.py. ``docker-compose.yml`` at the
 repository root is a production-like stack with the same Kafka version.
@@ -41,10 +42,8 @@ repository root is a production-like stack with the same Kafka version.
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
 import shutil
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -59,9 +58,9 @@ from cluster.devstack import (
     tansu,
     zk_ensemble,
 )
-from cluster.devstack import galera as galera_nodes
 from cluster.devstack import secure as secure_stack
-from cluster.devstack.mysql_servers import extra_env, extra_services, refuse_secure
+from cluster.devstack.folder_lock import one_at_a_time
+from cluster.devstack.mysql_servers import extra_env, extra_services
 from cluster.devstack.packages import ensure_packages
 from cluster.devstack.service import (
     CLUSTER_PORTS,
@@ -87,7 +86,6 @@ __all__ = [
     "ServicesError",
     "down",
     "env_lines",
-    "run",
     "service_pid",
     "services",
     "stack_env",
@@ -245,7 +243,12 @@ def _wait_ready(svc: Service, pid: int) -> None:
 
 def up(*, secure: bool = False) -> None:
     """Start every service that is not running yet and wait until all of them answer
-    (secure: the secure stack)."""
+    (secure: the secure stack). One ``up`` or ``down`` at a time per stack."""
+    with one_at_a_time(stack_root(secure)):
+        _up(secure)
+
+
+def _up(secure: bool) -> None:
     root = stack_root(secure)
     zk_ensemble.refuse_change(root, secure)
     apache = kafka_broker_wanted() == "apache"
@@ -313,9 +316,15 @@ def _flag(secure: bool) -> str:
 def down(purge: bool = False, *, secure: bool = False) -> None:
     """Stop every service started by ``up``; keep the data unless ``purge`` (which in
     the secure stack also drops its certificates and passwords)."""
-    if secure and not (stack_root(secure) / "secrets.json").exists():
-        print(f"no secure stack under {stack_root(secure)}", flush=True)
+    root = stack_root(secure)
+    if secure and not (root / "secrets.json").exists():
+        print(f"no secure stack under {root}", flush=True)
         return
+    with one_at_a_time(root) if root.is_dir() else contextlib.nullcontext():
+        _down(root, purge, secure)
+
+
+def _down(root: Path, purge: bool, secure: bool) -> None:
     stack = services(secure=secure)
     asked = brokers.ask_kafka_nodes_to_stop(stack)
     for svc in reversed(stack):
@@ -331,9 +340,8 @@ def down(purge: bool = False, *, secure: bool = False) -> None:
             say(svc, f"stopped (pid {pid}{', killed after timeout' if killed else ''})")
         processes.forget(pid or 0)
         svc.pid_file.unlink(missing_ok=True)
-    brokers.stop_the_other_broker(stack, stack_root(secure))
+    brokers.stop_the_other_broker(stack, root)
     if purge:
-        root = stack_root(secure)
         for svc in stack:  # only our own folders: the state dir may be set to anything
             shutil.rmtree(svc.dir, ignore_errors=True)
             if svc.marker == "mariadbd":
@@ -370,65 +378,6 @@ def env_lines(*, secure: bool = False) -> list[str]:
     env = stack_env(secure=secure)
     lines = [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
     return lines + port_memory.export_lines(secure)
-
-
-def run(
-    command: str,
-    *,
-    purge: bool = False,
-    redis_cluster: bool = False,
-    replicas: int = 0,
-    secure: bool = False,
-    kafka: str | None = None,
-    kafka_brokers: int | None = None,
-    mysql_servers_count: int | None = None,
-    galera_cluster: bool = False,
-    zk_ensemble_size: int | None = None,
-) -> int:
-    """Run ``up``, ``down``, ``status`` or ``env``; return the process exit code.
-    ``redis_cluster`` adds the three-master Redis Cluster (and points ``env`` at it),
-    ``replicas`` (0 or 1) a replica of each master; ``secure`` acts on the secure stack
-    instead of the plain one; ``kafka`` picks the broker ("apache" or "tansu") and
-    ``kafka_brokers`` how many Apache Kafka nodes (1 or 3); ``mysql_servers_count`` how
-    many MariaDB servers (cluster/devstack/mysql_servers.py); ``galera_cluster`` acts
-    on the three-node Galera cluster instead (cluster/devstack/galera.py);
-    ``zk_ensemble_size`` how many ZooKeeper servers (1 or 3: zk_ensemble.py)."""
-    if galera_cluster:
-        return galera_nodes.run(command, purge=purge, secure=secure)
-    if replicas not in (0, 1):
-        print("delayq services: --replicas must be 0 or 1", file=sys.stderr)
-        return 2
-    if redis_cluster or replicas:
-        os.environ["DELAYQ_SERVICES_REDIS_CLUSTER"] = "1"
-    if replicas:
-        os.environ["DELAYQ_SERVICES_REDIS_REPLICAS"] = "1"
-    if kafka is not None:
-        os.environ["DELAYQ_SERVICES_KAFKA"] = kafka
-    if kafka_brokers is not None:
-        os.environ["DELAYQ_SERVICES_KAFKA_BROKERS"] = str(kafka_brokers)
-    if mysql_servers_count is not None:
-        os.environ["DELAYQ_SERVICES_MYSQL_SERVERS"] = str(mysql_servers_count)
-    if zk_ensemble_size is not None:
-        os.environ["DELAYQ_SERVICES_ZK_ENSEMBLE"] = str(zk_ensemble_size)
-    try:
-        refuse_secure(secure)
-        port_memory.recall(stack_root(secure), secure)
-        if command == "up":
-            up(secure=secure)
-            return 0
-        if command == "down":
-            down(purge=purge, secure=secure)
-            return 0
-        if command == "status":
-            return 0 if all(status(secure=secure).values()) else 1
-        if command == "env":
-            print("\n".join(env_lines(secure=secure)), flush=True)
-            return 0
-    except ServicesError as exc:
-        print(f"delayq services {command}: error: {exc}", file=sys.stderr, flush=True)
-        return 1
-    print(f"delayq services: unknown command {command!r} (up, down, status, env)", file=sys.stderr)
-    return 2
 
 
 def service_pid(name: str, *, secure: bool = False) -> int | None:

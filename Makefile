@@ -59,13 +59,22 @@ SECURE_TESTS := tests/test_security.py tests/test_client.py tests/test_lua_scrip
 SECURE_MODE ?= 1
 # The passes share one started stack: each starts only what it adds (the tests call
 # `delayq services up`, which leaves running services alone). tests/unit runs once.
+# Each pass runs its tests on WORKERS processes side by side (pytest-xdist; the tests of
+# one private stack stay on one worker: their xdist_group), then the tests marked
+# `alone` (they kill, freeze, empty or reconfigure a service the others share), one at
+# a time.
+WORKERS ?= 3
+PYTEST := $(BIN)/pytest -q -p no:cacheprovider
+SIDE_BY_SIDE := -n $(WORKERS) --dist loadgroup
+CLUSTER_PASS := DELAYQ_TEST_REDIS_CLUSTER=1 DELAYQ_TEST_REDIS_REPLICAS=1 DELAYQ_TEST_MYSQL_SERVERS=3
 test: lint
-	$(BIN)/pytest -q -p no:cacheprovider --durations=25 -m "not long"
-	DELAYQ_TEST_REDIS_CLUSTER=1 DELAYQ_TEST_REDIS_REPLICAS=1 DELAYQ_TEST_MYSQL_SERVERS=3 \
-	  $(BIN)/pytest -q -p no:cacheprovider --durations=25 -m "not faults and not once" \
+	$(PYTEST) --durations=25 $(SIDE_BY_SIDE) -m "not long and not alone"
+	$(PYTEST) --durations=25 -m "alone and not long"
+	$(CLUSTER_PASS) $(PYTEST) --durations=25 $(SIDE_BY_SIDE) \
+	  -m "not faults and not once and not alone" --ignore=tests/unit
+	$(CLUSTER_PASS) $(PYTEST) --durations=25 -m "alone and not faults and not once" \
 	  --ignore=tests/unit
-	DELAYQ_TEST_SECURE=$(SECURE_MODE) $(BIN)/pytest -q -p no:cacheprovider -m "not faults" \
-	  $(SECURE_TESTS)
+	DELAYQ_TEST_SECURE=$(SECURE_MODE) $(PYTEST) $(SIDE_BY_SIDE) -m "not faults" $(SECURE_TESTS)
 
 # The fault suite alone, printing each scenario's counts (see docs/guarantees.md).
 faults: install

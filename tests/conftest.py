@@ -53,6 +53,31 @@ _PLAIN_PARTS = ("DELAYQ_KAFKA_BOOTSTRAP", "DELAYQ_ZK_HOSTS")
 _SECURE_ONLY_PARTS = ("DELAYQ_KAFKA_SECURITY_PROTOCOL", "DELAYQ_KAFKA_SSL_CAFILE", "DELAYQ_ZK_AUTH")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under `make test`'s workers (pytest-xdist --dist loadgroup), a module with a
+    private stack (tests/faults/private.py) runs on one worker: its stack has fixed
+    ports, and its module fixture starts it once."""
+    for item in items:
+        if "private_env" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse to run a grouped test ungrouped: pytest-xdist marks a group by a suffix
+    of the test's id, which some pytest releases drop (pytest-xdist#1386); two workers
+    would then start one private stack at once."""
+    if not session.config.getoption("loadgroup", default=False):
+        return
+    for item in session.items:
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+            raise pytest.UsageError(
+                f"{item.nodeid}: pytest-xdist did not group it (pytest {pytest.__version__}); "
+                "use the pytest release pyproject.toml allows"
+            )
+
+
 @pytest.fixture(scope="session")
 def event_loop_policy() -> uvloop.EventLoopPolicy:
     return uvloop.EventLoopPolicy()

@@ -160,7 +160,7 @@ class TestFaults:
         [
             ("eos-sigkill-node", sigkill_a_node),
             ("eos-zombie-node", freeze_a_node_past_its_session),
-            ("eos-broker-killed", kill_the_broker),
+            pytest.param("eos-broker-killed", kill_the_broker, marks=pytest.mark.alone),
         ],
         ids=["sigkill-node", "zombie-node", "broker-killed"],
     )

@@ -51,6 +51,7 @@ __all__ = ["healthy_cluster", "stage"]  # fixtures of tests/faults/
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.failover,
+    pytest.mark.alone,  # failovers of the shared cluster
     needs_replicas,
 ]
 

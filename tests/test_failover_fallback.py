@@ -43,6 +43,7 @@ from tests.faults.redis_cluster import (
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.failover,
+    pytest.mark.alone,  # failovers of the shared cluster
     needs_replicas,
 ]
 

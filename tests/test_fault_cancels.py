@@ -219,6 +219,7 @@ async def mariadb_fault(kind: str) -> None:
 
 @pytest.mark.faults
 @pytest.mark.parametrize("kind", ["killed", "hung-killed", "frozen"])
+@pytest.mark.alone
 async def test_mariadb_fails_while_cancels_run(kind: str, stage: Stage) -> None:
     """MariaDB fails while cancels run: cancels meanwhile fail after their Redis step (or
     wait); the jobs of those that did not cancel fire once MySQL is back, none whose
@@ -241,6 +242,7 @@ WAITING_FOR_A_REPLICA = {"DELAYQ_REDIS_WAIT_REPLICAS": "1"}
 
 @pytest.mark.failover
 @needs_replicas
+@pytest.mark.alone
 async def test_graceful_failover_while_cancels_run(stage: Stage, healthy_cluster: None) -> None:
     """CLUSTER FAILOVER of a master while cancels run: a cancel whose reply is lost in
     the topology change raises OutcomeUnknown, and its job, if MySQL does not call it
@@ -262,6 +264,7 @@ async def test_graceful_failover_while_cancels_run(stage: Stage, healthy_cluster
 
 @pytest.mark.failover
 @needs_replicas
+@pytest.mark.alone
 async def test_seed_master_killed_while_cancels_run(stage: Stage, healthy_cluster: None) -> None:
     """kill -9 of the master named first in redis_url while cancels run; its replica
     takes over, and it comes back as a replica."""

@@ -55,7 +55,8 @@ from tests.faults.settle import settle
 from tests.faults.verdict import Ledger, assert_safe
 from tests.processes import NodeProcess
 
-pytestmark = [pytest.mark.slow, pytest.mark.faults]
+# One worker runs both Galera modules: they share the stack's Galera cluster.
+pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.xdist_group("galera")]
 
 GALERA = 1  # the server index of the Galera cluster: logical shard 1 lives there
 HORIZON_MS = 4000  # small: most jobs wait in MySQL alone until due

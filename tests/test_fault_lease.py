@@ -72,6 +72,7 @@ async def _empty_redis(redis: RedisClient, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["flushall", "restart-empty"])
+@pytest.mark.alone  # it freezes the shared broker and empties the shared Redis
 async def test_a_frozen_node_publishes_nothing_after_redis_lost_its_data(
     how: str,
     settings: Settings,

@@ -132,6 +132,7 @@ async def test_a_claim_whose_reply_is_lost_is_handed_out_again(
     assert "a claim whose reply was lost" in node.log_path.read_text()
 
 
+@pytest.mark.alone
 async def test_redis_stopped_while_claims_run(stage: Stage) -> None:
     """Redis stopped (SIGTERM) for 10 s under load, while the nodes claim: nothing lost,
     none early; the worst lateness after the heal is printed and recorded."""
@@ -147,6 +148,7 @@ def _aof_dir() -> Path:
     return stack.state_dir() / "redis" / "appendonlydir"
 
 
+@pytest.mark.alone
 async def test_redis_back_from_an_older_aof_while_cancels_and_reschedules_run(
     settings: Settings,
     client: DelayClient,

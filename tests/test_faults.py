@@ -44,6 +44,7 @@ async def test_sigkill_a_node_mid_dispatch(stage: Stage) -> None:
     assert_safe(result, ledger)
 
 
+@pytest.mark.alone
 async def test_flushall(stage: Stage) -> None:
     async def fault(run: Run) -> None:
         await stage.redis.flushall()
@@ -52,6 +53,7 @@ async def test_flushall(stage: Stage) -> None:
     assert_safe(result, ledger)
 
 
+@pytest.mark.alone
 async def test_redis_restarted_without_persistence(stage: Stage) -> None:
     """Redis dies and comes back empty (its AOF deleted): the lost owner keys fence the
     nodes, which take their slots again and re-add the pending jobs from MySQL."""
@@ -68,6 +70,7 @@ async def test_redis_restarted_without_persistence(stage: Stage) -> None:
     assert_safe(result, ledger)
 
 
+@pytest.mark.alone
 async def test_redis_down_after_the_mysql_commit(
     settings: Settings,
     client: DelayClient,
@@ -123,6 +126,7 @@ async def test_redis_down_after_the_mysql_commit(
     assert sorted(str(r["job_id"]) for r in records) == sorted(ids)
 
 
+@pytest.mark.alone
 async def test_broker_unreachable_for_10_s(stage: Stage) -> None:
     """The broker dies (kill -9) and is started again 10 s later with its log, which
     Apache Kafka keeps on disk: publishing fails meanwhile and is retried with backoff,
@@ -140,6 +144,7 @@ async def test_broker_unreachable_for_10_s(stage: Stage) -> None:
     assert result.acked_not_in_kafka == []
 
 
+@pytest.mark.alone
 async def test_mysql_down_for_10_s(stage: Stage) -> None:
     """schedule() fails with StoreUnavailable and writes nothing; firing goes on and the
     outcomes are recorded when MySQL is back."""
@@ -152,6 +157,7 @@ async def test_mysql_down_for_10_s(stage: Stage) -> None:
     assert ledger.schedule_failed > 0
 
 
+@pytest.mark.alone
 async def test_zookeeper_down_for_10_s(stage: Stage) -> None:
     async def fault(run: Run) -> None:
         await down_for("zookeeper", 10)

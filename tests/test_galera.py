@@ -24,7 +24,8 @@ from cluster.devstack.service import HOST, MYSQL_PASSWORD, MYSQL_USER
 from cluster.store import connect
 from cluster.store.sql import parse_mysql_url
 
-pytestmark = [pytest.mark.faults]
+# One worker runs both Galera modules: they share the stack's Galera cluster.
+pytestmark = [pytest.mark.faults, pytest.mark.xdist_group("galera")]
 
 DEADLOCK = 1213  # ER_LOCK_DEADLOCK: what Galera answers a transaction that lost certification
 

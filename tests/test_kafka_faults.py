@@ -51,7 +51,8 @@ from tests.kafka_cluster import (  # the fixture kafka_cluster
 )
 from tests.processes import NodeProcess
 
-pytestmark = [pytest.mark.slow, pytest.mark.faults]
+# One worker runs the module: its Kafka cluster has ports of its own (tests/kafka_cluster.py).
+pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.xdist_group("kafka-cluster")]
 
 LEAD_S = 2.0  # load before the fault
 AFTER_HEAL_S = 5.0  # and after it healed, so that jobs come due on the healed cluster

@@ -175,6 +175,7 @@ def test_node_check_of_a_node_that_is_not_there(settings: Settings) -> None:
 
 
 @pytest.mark.faults
+@pytest.mark.alone
 async def test_readyz_is_not_ready_while_redis_is_down(settings: Settings, tmp_path: Path) -> None:
     port = free_port()
     node = NodeProcess(

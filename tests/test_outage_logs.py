@@ -24,7 +24,8 @@ from cluster.settings.config import Settings
 from tests.faults.scenario import down_for
 from tests.processes import NodeProcess
 
-pytestmark = [pytest.mark.slow, pytest.mark.faults]
+# They stop the shared broker and ZooKeeper.
+pytestmark = [pytest.mark.slow, pytest.mark.faults, pytest.mark.alone]
 
 OUTAGE_S = 10.0
 # After the restart: time for the node to reconnect and fire what came due meanwhile.

@@ -13,6 +13,9 @@ from cluster.connections.redis_conn import RedisClient
 from cluster.errors import UnsafeConfig
 from cluster.settings.config import Settings
 
+# CONFIG SET changes the shared Redis for every test running meanwhile.
+pytestmark = [pytest.mark.alone]
+
 
 async def set_everywhere(redis: RedisClient, name: str, value: str) -> None:
     if isinstance(redis, RedisCluster):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from actors.node import Node
 from actors.reconcile_passes import reconcile
 from cluster import DelayClient, Job, JobStatus
@@ -56,6 +58,7 @@ async def test_reconcile_does_not_bring_back_a_job_cancelled_after_the_loss(
     assert not await in_redis(redis, client.settings, job_id)
 
 
+@pytest.mark.alone
 async def test_node_recovers_from_flushall(
     settings: Settings,
     client: DelayClient,

@@ -59,10 +59,10 @@ SECURE_TESTS := tests/test_security.py tests/test_client.py tests/test_lua_scrip
 SECURE_MODE ?= 1
 # The passes share one started stack: each starts only what it adds (the tests call
 # `delayq services up`, which leaves running services alone). tests/unit runs once.
-# Each pass runs its tests on WORKERS processes side by side (pytest-xdist; the tests of
-# one private stack stay on one worker: their xdist_group), then the tests marked
-# `alone` (they kill, freeze, empty or reconfigure a service the others share), one at
-# a time.
+# The first two passes run their tests on WORKERS processes side by side (pytest-xdist;
+# the tests of one private stack stay on one worker: their xdist_group), then the tests
+# marked `alone` (they kill, freeze, empty or reconfigure a service the others share),
+# one at a time. The secure pass (about a minute) runs one test at a time.
 WORKERS ?= 3
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider
 SIDE_BY_SIDE := -n $(WORKERS) --dist loadgroup
@@ -74,7 +74,7 @@ test: lint
 	  -m "not faults and not once and not alone" --ignore=tests/unit
 	$(CLUSTER_PASS) $(PYTEST) --durations=25 -m "alone and not faults and not once" \
 	  --ignore=tests/unit
-	DELAYQ_TEST_SECURE=$(SECURE_MODE) $(PYTEST) $(SIDE_BY_SIDE) -m "not faults" $(SECURE_TESTS)
+	DELAYQ_TEST_SECURE=$(SECURE_MODE) $(PYTEST) -m "not faults" $(SECURE_TESTS)
 
 # The fault suite alone, printing each scenario's counts (see docs/guarantees.md).
 faults: install

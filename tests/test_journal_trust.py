@@ -79,7 +79,7 @@ async def plant_and_fence(
     await fencer.stop()
 
 
-async def run_scenario(
+async def fire_past_a_planted_record(
     settings: Settings, client: DelayClient, topic: str, committed: Collector, forged: bytes | None
 ) -> SlotTransactions:
     """A node fires a warm-up job of a slot (its producer of the slot is then open);
@@ -127,14 +127,14 @@ async def run_scenario(
 async def test_a_forged_record_makes_no_job_count_as_delivered(
     settings: Settings, client: DelayClient, topic: str, committed: Collector
 ) -> None:
-    transactions = await run_scenario(settings, client, topic, committed, forged=None)
+    transactions = await fire_past_a_planted_record(settings, client, topic, committed, forged=None)
     assert transactions.journal.skipped["unauthenticated"] >= 1
 
 
 async def test_a_record_that_is_not_json_stops_no_retry(
     settings: Settings, client: DelayClient, topic: str, committed: Collector
 ) -> None:
-    transactions = await run_scenario(
+    transactions = await fire_past_a_planted_record(
         settings, client, topic, committed, forged=b"this is not JSON"
     )
     assert transactions.journal.skipped["unreadable"] >= 1

@@ -573,6 +573,7 @@ async def test_dead_purge_forgets_only_dead_jobs(
 # ----- loading ---------------------------------------------------------------------------
 
 
+@pytest.mark.alone  # SCRIPT FLUSH empties the shared Redis's script cache
 async def test_scripts_are_reloaded_after_redis_forgets_them(
     scripts: Scripts, redis: RedisClient, k: KeySpace
 ) -> None:

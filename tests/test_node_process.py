@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 JOBS = 3000
 
 
-async def run_scenario(
+async def signal_mid_burst(
     settings: Settings,
     client: DelayClient,
     collector: Collector,
@@ -32,6 +32,8 @@ async def run_scenario(
     topic: str,
     sig: signal.Signals,
 ) -> tuple[list[str], Counter[str], int]:
+    """Node 1 fires a burst of JOBS and gets `sig` a third of the way in; node 2 then
+    fires the rest. Returns the job ids, how often each fired, and node 1's exit code."""
     first = NodeProcess(settings, tmp_path, "node-1")
     second: NodeProcess | None = None
     try:
@@ -64,7 +66,7 @@ def collector_ids(collector: Collector) -> list[str]:
 async def test_sigterm_stops_cleanly_and_loses_nothing(
     settings: Settings, client: DelayClient, collector: Collector, tmp_path: Path, topic: str
 ) -> None:
-    ids, fired, code = await run_scenario(
+    ids, fired, code = await signal_mid_burst(
         settings, client, collector, tmp_path, topic, signal.SIGTERM
     )
     assert code == 0
@@ -76,7 +78,7 @@ async def test_sigterm_stops_cleanly_and_loses_nothing(
 async def test_sigkill_loses_nothing(
     settings: Settings, client: DelayClient, collector: Collector, tmp_path: Path, topic: str
 ) -> None:
-    ids, fired, code = await run_scenario(
+    ids, fired, code = await signal_mid_burst(
         settings, client, collector, tmp_path, topic, signal.SIGKILL
     )
     assert code == -signal.SIGKILL

@@ -240,9 +240,15 @@ async def node(settings: Settings) -> AsyncIterator[Node]:
     await n.stop()
 
 
+# How long a test's teardown tries to delete its topic.
+TOPIC_DELETE_S = 10.0
+
+
 @pytest.fixture
-async def topic(settings: Settings) -> str:
-    """A new Kafka topic with a few partitions."""
+async def topic(settings: Settings) -> AsyncIterator[str]:
+    """A new Kafka topic with a few partitions, deleted after the test: a broker left
+    with thousands of them takes minutes to start again after a kill, which the fault
+    tests do."""
     name = f"test.{uuid.uuid4().hex[:12]}"
     settings = kafka_admin(settings)
     admin = make_admin(settings)
@@ -251,7 +257,16 @@ async def topic(settings: Settings) -> str:
         await admin.create_topics([NewTopic(name, TOPIC_PARTITIONS, 1)])
     finally:
         await admin.close()
-    return name
+    yield name
+    admin = make_admin(settings)
+    try:
+        async with asyncio.timeout(TOPIC_DELETE_S):
+            await start_client(admin, settings)
+            await admin.delete_topics([name])
+    except Exception as error:  # a broker a failed test left down: the topic stays
+        print(f"\ntopic {name} not deleted: {error!r}", file=sys.stderr)
+    finally:
+        await admin.close()
 
 
 class Collector:

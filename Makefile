@@ -62,14 +62,16 @@ SECURE_MODE ?= 1
 # The first two passes run their tests on WORKERS processes side by side (pytest-xdist;
 # the tests of one private stack stay on one worker: their xdist_group), then the tests
 # marked `alone` (they kill, freeze, empty or reconfigure a service the others share),
-# one at a time. The secure pass (about a minute) runs one test at a time.
+# one at a time; in the first pass, the modules on a private stack of their own (marked
+# `private`) run on a second worker meanwhile. The secure pass (about a minute) runs one
+# test at a time.
 WORKERS ?= 3
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider
 SIDE_BY_SIDE := -n $(WORKERS) --dist loadgroup
 CLUSTER_PASS := DELAYQ_TEST_REDIS_CLUSTER=1 DELAYQ_TEST_REDIS_REPLICAS=1 DELAYQ_TEST_MYSQL_SERVERS=3
 test: lint
-	$(PYTEST) --durations=25 $(SIDE_BY_SIDE) -m "not long and not alone"
-	$(PYTEST) --durations=25 -m "alone and not long"
+	$(PYTEST) --durations=25 $(SIDE_BY_SIDE) -m "not long and not alone and not private"
+	$(PYTEST) --durations=25 -n 2 --dist loadgroup -m "(alone or private) and not long"
 	$(CLUSTER_PASS) $(PYTEST) --durations=25 $(SIDE_BY_SIDE) \
 	  -m "not faults and not once and not alone" --ignore=tests/unit
 	$(CLUSTER_PASS) $(PYTEST) --durations=25 -m "alone and not faults and not once" \

@@ -56,11 +56,15 @@ _SECURE_ONLY_PARTS = ("DELAYQ_KAFKA_SECURITY_PROTOCOL", "DELAYQ_KAFKA_SSL_CAFILE
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under `make test`'s workers (pytest-xdist --dist loadgroup), a module with a
-    private stack (tests/faults/private.py) runs on one worker: its stack has fixed
-    ports, and its module fixture starts it once."""
+    private stack (tests/faults/private.py) is marked `private` and runs on one worker:
+    its stack has fixed ports, and its module fixture starts it once. The `alone` tests
+    form one group too: when they run beside the private ones, they run one at a time."""
     for item in items:
         if "private_env" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.private)
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))  # type: ignore[attr-defined]
+        elif item.get_closest_marker("alone"):
+            item.add_marker(pytest.mark.xdist_group("alone"))
 
 
 @pytest.hookimpl(trylast=True)

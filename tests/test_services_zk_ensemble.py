@@ -31,7 +31,8 @@ from cluster.devstack import processes, stack, zk_ensemble
 from cluster.devstack.service import Service
 from cluster.settings.config import Settings
 
-pytestmark = [pytest.mark.once]
+# One worker runs the module: each test takes the first free ports from 23181 on.
+pytestmark = [pytest.mark.once, pytest.mark.xdist_group("zk-ensemble-ports")]
 
 NAMES = ("ZOOKEEPER", "ZOOKEEPER_2", "ZOOKEEPER_3")
 PORTS: dict[str, int] = {}  # this test's, by state()

@@ -67,6 +67,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("alone"))
 
 
+# The test this process runs now (set before each test), for must_run_alone().
+_RUNNING: list[pytest.Item] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _RUNNING[:] = [item]
+
+
+def must_run_alone(what: str) -> None:
+    """Fail the running test unless it is marked `alone`: it is about to do `what` to a
+    service every test shares, and the tests `make test` runs beside it would fail."""
+    if _RUNNING and _RUNNING[0].get_closest_marker("alone") is None:
+        pytest.fail(f"{_RUNNING[0].nodeid} {what}: mark it @pytest.mark.alone (CONTRIBUTING.md)")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Refuse to run a grouped test ungrouped: pytest-xdist marks a group by a suffix

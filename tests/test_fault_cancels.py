@@ -41,6 +41,7 @@ from tests.faults.redis_cluster import (
     wait_until,
 )
 from tests.faults.scenario import Fault, Run, Stage, scenario, stage
+from tests.faults.shared import shared_pid
 from tests.faults.verdict import Ledger, Verdict, assert_safe
 from tests.processes import NodeProcess
 
@@ -200,8 +201,7 @@ async def mariadb_fault(kind: str) -> None:
     while cancels' UPDATEs arrive, then killed and started again 6 s later, so those
     UPDATEs are lost in flight. frozen: stopped for 8 s, then continued: the UPDATEs
     waiting meanwhile and the nodes' restores of their jobs land in either order."""
-    pid = stack.service_pid("mysql")
-    assert pid is not None
+    pid = shared_pid("mysql")
     if kind == "frozen":
         os.kill(pid, signal.SIGSTOP)
         try:

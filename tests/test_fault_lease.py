@@ -25,6 +25,7 @@ from cluster.settings.config import Settings
 from tests.conftest import Collector
 from tests.faults.load import reading, steady_load
 from tests.faults.settle import settle
+from tests.faults.shared import shared_pid
 from tests.faults.verdict import Ledger, assert_safe
 from tests.processes import NodeProcess, wait_served
 
@@ -63,9 +64,7 @@ async def _empty_redis(redis: RedisClient, how: str) -> None:
     if how == "flushall":
         await redis.flushall()
         return
-    pid = stack.service_pid("redis")
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)
+    os.kill(shared_pid("redis"), signal.SIGKILL)
     await asyncio.sleep(0.5)
     shutil.rmtree(stack.state_dir() / "redis" / "appendonlydir", ignore_errors=True)
     await asyncio.to_thread(stack.up)
@@ -101,8 +100,7 @@ async def test_a_frozen_node_publishes_nothing_after_redis_lost_its_data(
             await asyncio.sleep(due_s + 0.1 - time.time())
             # The broker stalls for a moment, so that A's records queue up behind the
             # batch each partition has in flight; A freezes with records queued.
-            broker = stack.service_pid("kafka")
-            assert broker is not None
+            broker = shared_pid("kafka")
             os.kill(broker, signal.SIGSTOP)
             try:
                 await asyncio.sleep(0.3)

@@ -26,6 +26,7 @@ from tests.conftest import Collector
 from tests.faults.load import reading, steady_load
 from tests.faults.scenario import Run, Stage, down_for, scenario, stage
 from tests.faults.settle import settle
+from tests.faults.shared import shared_pid
 from tests.faults.verdict import Ledger, assert_safe
 from tests.forwarder import Forwarder, free_port
 from tests.processes import NodeProcess
@@ -203,8 +204,7 @@ async def test_redis_back_from_an_older_aof_while_cancels_and_reschedules_run(
             await asyncio.sleep(2.5)
             await asyncio.to_thread(shutil.copytree, _aof_dir(), copy)
             await asyncio.sleep(2.0)  # cancels and reschedules the copy will not have
-            pid = stack.service_pid("redis")
-            assert pid is not None
+            pid = shared_pid("redis")
             os.kill(pid, signal.SIGKILL)
             await asyncio.sleep(0.3)
             shutil.rmtree(_aof_dir())

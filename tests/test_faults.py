@@ -28,6 +28,7 @@ from tests.conftest import Collector, wait_for
 from tests.faults.load import reading
 from tests.faults.scenario import Run, Stage, crash_at, down_for, scenario, stage
 from tests.faults.settle import settle
+from tests.faults.shared import shared_pid
 from tests.faults.verdict import Ledger, assert_safe
 from tests.processes import NodeProcess
 
@@ -59,9 +60,7 @@ async def test_redis_restarted_without_persistence(stage: Stage) -> None:
     nodes, which take their slots again and re-add the pending jobs from MySQL."""
 
     async def fault(run: Run) -> None:
-        pid = stack.service_pid("redis")
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
+        os.kill(shared_pid("redis"), signal.SIGKILL)
         await asyncio.sleep(0.5)
         shutil.rmtree(stack.state_dir() / "redis" / "appendonlydir", ignore_errors=True)
         await asyncio.to_thread(stack.up)
@@ -93,9 +92,7 @@ async def test_redis_down_after_the_mysql_commit(
             return len(reconciler.reconciled_slots()) == settings.slots
 
         assert await wait_for(started, timeout_s=30)
-        pid = stack.service_pid("redis")
-        assert pid is not None
-        os.kill(pid, signal.SIGTERM)
+        os.kill(shared_pid("redis"), signal.SIGTERM)
 
         async def redis_gone() -> bool:
             return stack.service_pid("redis") is None
@@ -131,8 +128,7 @@ async def test_broker_unreachable_for_10_s(stage: Stage) -> None:
     """The broker dies (kill -9) and is started again 10 s later with its log, which
     Apache Kafka keeps on disk: publishing fails meanwhile and is retried with backoff,
     and every record it acknowledged before it died is still there afterwards."""
-    pid = stack.service_pid("kafka")
-    assert pid is not None
+    pid = shared_pid("kafka")
 
     async def fault(run: Run) -> None:
         os.kill(pid, signal.SIGKILL)

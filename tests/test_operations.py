@@ -23,6 +23,7 @@ from cluster.devstack.nodes import settings_env
 from cluster.devstack.prometheus import PrometheusServer
 from cluster.settings.config import Settings
 from tests.conftest import Collector, wait_for
+from tests.faults.shared import shared_pid
 from tests.forwarder import free_port
 from tests.processes import NodeProcess, wait_served
 
@@ -187,8 +188,7 @@ async def test_readyz_is_not_ready_while_redis_is_down(settings: Settings, tmp_p
     try:
         await node.wait_ready()
         await wait_status(port, "/readyz", 200)
-        pid = stack.service_pid("redis")
-        assert pid is not None
+        pid = shared_pid("redis")
         os.kill(pid, signal.SIGTERM)
         try:
             body = await wait_status(port, "/readyz", 503)

@@ -16,6 +16,7 @@ correctness benchmarks share.
   run's nodes, metrics and marks), down_for and crash_at (a scenario too).
 - stores.py: in_redis and redis_places (what Redis holds of a job).
 - timing.py: spread_s, lateness and longest_pause_s (read from fired records).
+- shared.py: shared_pid (a shared service's pid, for a test marked `alone` to stop it).
 - private.py: PrivateStack (a `delayq services` stack of a module's own), gone, and
   the fixture factories for its private_env, settings and redis fixtures.
 - redis_cluster.py: the shared stack's Redis Cluster with replicas, as the failover

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 
 from cluster.devstack import stack
 from cluster.devstack.service import HOST
+from tests.faults.shared import shared_pid
 
 # Skips a test unless the suite runs on the Redis Cluster with a replica per master.
 needs_replicas = pytest.mark.skipif(
@@ -117,7 +118,5 @@ def pid_of(port: int) -> int:
     """The pid of the cluster node on `port`."""
     for svc in stack.services():
         if svc.port == port:
-            pid = stack.service_pid(svc.name)
-            assert pid is not None, f"{svc.name} is not running"
-            return pid
+            return shared_pid(svc.name)
     raise AssertionError(f"no cluster node on port {port}")

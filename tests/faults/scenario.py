@@ -37,6 +37,7 @@ from cluster.settings.config import Settings
 from tests.conftest import Collector
 from tests.faults.load import LOAD_S, reading, steady_load
 from tests.faults.settle import settle
+from tests.faults.shared import shared_pid
 from tests.faults.verdict import Ledger, Verdict
 from tests.processes import NodeProcess, wait_served
 
@@ -315,9 +316,7 @@ async def finished(task: asyncio.Task[None], timeout_s: float | None) -> None:
 async def down_for(service: str, seconds: float, sig: signal.Signals = signal.SIGTERM) -> None:
     """Stop a service of the local stack (with `sig`: SIGTERM, or SIGKILL for a crash),
     wait, and start what does not run again."""
-    pid = stack.service_pid(service)
-    assert pid is not None
-    os.kill(pid, sig)
+    os.kill(shared_pid(service), sig)
     await asyncio.sleep(seconds)
     await asyncio.to_thread(stack.up)
 

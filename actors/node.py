@@ -48,7 +48,7 @@ from actors.tombstones import Tombstones
 from actors.transactions import SlotTransactions
 from actors.wake_listener import WakeListener
 from actors.withdrawal import Withdrawal
-from cluster.connections.kafka_conn import start_client
+from cluster.connections.kafka_conn import broker_answers, start_client
 from cluster.connections.redis_conn import RedisClient, open_redis
 from cluster.errors import ClusterConfigError, ConfigError, SchemaError, StartupFailed, UnsafeConfig
 from cluster.model.keys import KeySpace
@@ -207,7 +207,7 @@ class Node:
             return bool(await redis.ping())
 
         async def kafka_answers() -> bool:
-            return bool(await producer.client.force_metadata_update())
+            return await broker_answers(producer.client)
 
         # Off (0): nothing to check for.
         bound_s = s.store_unreachable_release_ms / 1000

@@ -107,6 +107,7 @@ class Publisher:
         self.max_record_bytes = max_record_bytes
         self.headers = [("delayq-node", node_id.encode())]
         self._lookups: set[asyncio.Task[None]] = set()  # sends waiting for metadata
+        self._tracked: set[str] = set()  # topics named in the producer's refreshes
         # Records waiting for their partition's next batch, and the flusher serving each.
         self._queued: dict[tuple[str, int], list[tuple[list[Fire], _Group]]] = {}
         self._flushers: dict[tuple[str, int], asyncio.Task[None]] = {}
@@ -121,10 +122,20 @@ class Publisher:
         for topic, indexes in by_topic.items():
             partitions = self.producer.client.cluster.partitions_for_topic(topic)
             if partitions:
+                self._track(topic)
                 self._queue_topic(topic, sorted(partitions), fires, indexes, futures)
             else:
                 self._send_when_known(topic, fires, indexes, futures)
         return [_sent(future) for future in futures]
+
+    def _track(self, topic: str) -> None:
+        """Have the producer's metadata refreshes name this topic. A client that tracks
+        no topic asks the broker for all of them on every refresh (thousands on a
+        shared broker); its cluster view can already hold this topic's partitions from
+        such a refresh, so publishing alone would never add it."""
+        if topic not in self._tracked:
+            self._tracked.add(topic)
+            self.producer.client.add_topic(topic)
 
     def _queue_topic(
         self,

@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaProducer
 
 from actors.lifecycle import Actor
 from actors.ownership import Ownership
+from cluster.connections.kafka_conn import broker_answers
 from cluster.connections.redis_conn import RedisClient
 from cluster.model.keys import KeySpace
 from cluster.observe.status import SlotDepth, slot_depths
@@ -137,7 +138,7 @@ class Sampler(Actor):
 
     async def _ask_kafka(self) -> bool:
         # A metadata request to a broker: False when none answered.
-        return bool(await self.producer.client.force_metadata_update())
+        return await broker_answers(self.producer.client)
 
     def store_ages_s(self) -> dict[str, float | None]:
         """Seconds since each store last answered; None if it has not since the start."""

@@ -8,7 +8,9 @@ import uuid
 from collections import Counter
 
 from actors.node import Node
+from actors.publisher import make_producer
 from cluster import ChangeStatus, DelayClient, Job, JobStatus
+from cluster.connections.kafka_conn import broker_answers, start_client
 from cluster.connections.redis_conn import RedisClient
 from cluster.model.keys import KeySpace, slot_of
 from cluster.scripts.facade import ClaimResult, Scripts
@@ -190,3 +192,17 @@ async def test_a_cancel_of_a_never_scheduled_id_does_not_delay_its_schedule(
     assert await client.schedule(topic, "on time", delay=1, job_id=job_id) == job_id
     [record] = await collector.until(1, timeout_s=30)
     assert record["job_id"] == job_id
+
+
+async def test_the_broker_check_asks_for_no_topic(settings: Settings, topic: str) -> None:
+    # The node checks Kafka every second; asking for every topic would decode the whole
+    # broker's metadata each time (thousands of topics on a shared broker).
+    producer = make_producer(settings)
+    await start_client(producer, settings)
+    try:
+        assert await broker_answers(producer.client)
+        assert topic not in producer.client.cluster.topics()
+        assert await producer.client.force_metadata_update()  # what the check was before
+        assert topic in producer.client.cluster.topics()
+    finally:
+        await producer.stop()

@@ -45,6 +45,10 @@ class Cluster:
 class Client:
     def __init__(self, known: dict[str, set[int]]) -> None:
         self.cluster = Cluster(known)
+        self.tracked: list[str] = []  # topics named in metadata refreshes, in order
+
+    def add_topic(self, topic: str) -> None:
+        self.tracked.append(topic)
 
 
 class StandInProducer:
@@ -86,6 +90,17 @@ async def test_records_of_a_topic_without_metadata_do_not_hold_up_the_others() -
     producer.metadata.set_result({0})
     assert await futures[1] == ("new", 0)
     assert ("new", 0, [b'{"n":2}']) in producer.sent
+
+
+async def test_a_topic_already_in_the_metadata_is_named_in_the_refreshes_once() -> None:
+    # Its partitions came with a refresh of every topic: publishing must still have the
+    # producer track it, or every refresh keeps asking for every topic on the broker.
+    producer = StandInProducer({"known": {0}, "other": {0}})
+    publisher = Publisher(producer, "node", 1_000_000)  # type: ignore[arg-type]
+    for _ in range(2):
+        futures = await publisher.publish([fire("known", 1), fire("other", 2)])
+        await asyncio.gather(*futures)
+    assert producer.client.tracked == ["known", "other"]
 
 
 async def test_a_topic_whose_metadata_fails_fails_only_its_records() -> None:

@@ -40,6 +40,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,50 @@ def report(title: str, t: dict[str, Any]) -> None:
     for group, row in t["groups"].items():
         per_job = f"  {row['us_per_job']:7.1f} µs/job" if "us_per_job" in row else ""
         print(f"  {group:<34} {row['cpu_s']:7.1f} CPU-s  {row['share_pct']:5.1f} %{per_job}")
+
+
+class CpuMeter:
+    """CPU seconds per group while a block runs, read in a thread every SAMPLE_S (a
+    process that ends meanwhile keeps its last reading):
+
+        with CpuMeter() as meter:
+            run_the_system()
+        meter.used  # {"Redis": 1.9, "delayq node": 3.1, ...}
+    """
+
+    def __init__(self) -> None:
+        self.grouper = Grouper()
+        self.used: dict[str, float] = {}
+        self.wall_s = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> CpuMeter:
+        self._first = snapshot(self.grouper)
+        self._readings = dict(self._first)
+        self._groups = {pid: group for pid, (group, _) in self._first.items()}
+        self._started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def _read(self) -> None:
+        for pid, (group, cpu_s) in snapshot(self.grouper).items():
+            self._readings[pid] = (self._groups.setdefault(pid, group), cpu_s)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(SAMPLE_S):
+            self._read()
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._read()
+        self.wall_s = time.monotonic() - self._started
+        self.used = {
+            group: round(cpu_s, 3)
+            for group, cpu_s in usage(self._first, self._readings).items()
+            if group != SAMPLER
+        }
 
 
 def firing_window(path: Path) -> tuple[float, float] | None:

@@ -78,6 +78,11 @@ What the numbers mean (benchmarks/summary.py computes them the same way for all)
               disturb. Afterwards the keys are deleted (BullMQ: obliterate; delayq: its
               key prefix, then its MySQL database is dropped) and used_memory is read
               again. delayq's MySQL rows are in neither figure (reported beside them).
+  CPU / job   user + system CPU of every process over each system's run (adding,
+              firing, stopping), read every 0.5 s and grouped as benchmarks/cpu_share.py
+              does (the services by the stack's ports, delayq's nodes by command line,
+              whatever runs from benchmarks/ as the benchmark: fire_bench's producer and
+              consumer, or the peer's own process), ÷ the jobs received.
   ratios      delayq ÷ peer (or ÷ floor): above 1 means delayq's number is higher —
               better for rates, worse for lateness and bytes.
   − floor     delayq's lateness p50 and p99 minus the floor's, in ms: what delayq adds.
@@ -132,6 +137,7 @@ import psutil
 import pymysql
 import redis
 import report
+from cpu_share import CpuMeter
 from summary import read_pairs, summarize
 
 from cluster.devstack.service import kafka_broker_ids
@@ -311,10 +317,12 @@ class Runner:
         load = os.getloadavg()[0]
         started = time.monotonic()
         try:
-            result = run()
+            with CpuMeter() as meter:
+                result = run()
         except RunFailed as exc:
             log(f"{label}: FAILED: {exc}")
             return {"error": str(exc)}
+        result["cpu_s"] = meter.used
         result["wall_s"] = round(time.monotonic() - started, 1)
         result["loadavg_1m_before"] = round(load, 2)
         log(f"{label}: done in {result['wall_s']:.0f} s")

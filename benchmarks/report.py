@@ -411,6 +411,66 @@ def scale_table(s: Result) -> str:
     return table(headers, rows)
 
 
+# The process groups of benchmarks/cpu_share.py, in the order the CPU table lists them.
+CPU_GROUPS = (
+    ("delayq node", "delayq node(s)"),
+    ("Redis", "Redis"),
+    ("MariaDB", "MariaDB"),
+    ("Kafka broker", "Kafka broker"),
+    ("benchmark (client, consumer)", "benchmark: producer and consumer (a peer: its process)"),
+    ("ZooKeeper", "ZooKeeper"),
+)
+
+
+def cpu_us(r: Result, group: str | None) -> float | None:
+    """µs of CPU per received job of one process group (None: the total) over a run."""
+    used: dict[str, float] | None = r.get("cpu_s")
+    jobs = r.get("received")
+    if not used or not jobs:
+        return None
+    cpu_s = sum(used.values()) if group is None else used.get(group, 0.0)
+    return cpu_s / jobs * 1e6
+
+
+def cpu_table(s: Result) -> str:
+    """µs of CPU per job by process group, each system's whole run (adding and firing),
+    with delayq ÷ BullMQ."""
+    results = {n: r for n, r in s["results"].items() if "error" not in r and r.get("cpu_s")}
+    names = list(results)
+    headers = ["process", *(NAMES.get(n, n) for n in names)]
+    pairs = [(d, "bullmq") for d in ("delayq", EOS) if d in results and "bullmq" in results]
+    headers += [f"{NAMES[d]} ÷ BullMQ" for d, _ in pairs]
+    known = {g for r in results.values() for g in r["cpu_s"]}
+    groups = [(g, title) for g, title in CPU_GROUPS if g in known]
+    groups.append(("", "everything else (the sampler's host, idle services, the kernel)"))
+    listed = {g for g, _ in CPU_GROUPS}
+
+    def cell(r: Result, group: str) -> float | None:
+        if group:
+            return cpu_us(r, group)
+        used = r["cpu_s"]
+        rest = sum(v for g, v in used.items() if g not in listed)
+        total = cpu_us(r, None)
+        return None if total is None else total * rest / max(sum(used.values()), 1e-9)
+
+    def us(value: float | None) -> str:
+        return "—" if value is None else f"{value:,.1f} µs"
+
+    rows = []
+    for group, title in [*groups, (None, "**total**")]:
+        values = {
+            n: (cpu_us(r, None) if group is None else cell(r, group)) for n, r in results.items()
+        }
+        rows.append(
+            [
+                title,
+                *(us(values[n]) for n in names),
+                *(times(values[d], values[p]) for d, p in pairs),
+            ]
+        )
+    return table(headers, rows)
+
+
 def ratio_pairs(
     results: dict[str, Result], mine: Sequence[str], peers: Sequence[str] = PEERS
 ) -> list[tuple[str, str]]:
@@ -437,10 +497,14 @@ def titles(run: Result) -> dict[str, str]:
             f"Steady: {int(rate):,} jobs/s due for {steady['seconds']:g} s "
             f"({steady['jobs']:,} jobs)"
         )
+        if any(r.get("cpu_s") for r in steady["results"].values()):
+            out[f"cpu-{rate}"] = f"CPU per job at {int(rate):,} jobs/s, by process"
         if any("stages" in steady["results"].get(d, {}) for d in ("delayq", EOS)):
             out[f"stages-{rate}"] = f"Where delayq's lateness goes at {int(rate):,} jobs/s"
     if "burst" in s:
         out["burst"] = f"Burst: {o['burst_jobs']:,} jobs due within the same second"
+        if any(r.get("cpu_s") for r in s["burst"]["results"].values()):
+            out["cpu_burst"] = "CPU per job in the burst, by process"
     if "backlog" in s:
         out["backlog"] = (
             f"Backlog: {o['backlog_jobs']:,} jobs due an hour ahead, spread over an hour"
@@ -480,6 +544,8 @@ def scenario_notes(run: Result) -> dict[str, str]:
         "→ claimed, publish = claimed → broker ack, lateness = due → broker ack. The "
         "records' rows: fired_ms (the Redis clock at the claim), the Kafka timestamp "
         "(the producer appending the record) and the receive time, each − due.",
+        "cpu": CPU_NOTE,
+        "cpu_burst": CPU_NOTE,
         "ids": "Nothing fires: add rate = jobs ÷ seconds spent adding, jobs due in 2–4 "
         "minutes (inside redis_horizon_ms, so delayq writes MySQL and Redis). delayq: "
         f"schedule_many, {s_batch(run)} jobs per call; BullMQ: addBulk, 1,000 per call, "
@@ -504,6 +570,16 @@ def scenario_notes(run: Result) -> dict[str, str]:
         "scale": "One machine: every node shares the same cores with Redis, MariaDB, the "
         "broker and the consumer. The last row is the last node count ÷ the first.",
     }
+
+
+CPU_NOTE = (
+    "User + system CPU of every process over each system's whole run (adding, firing, "
+    "stopping), read every 0.5 s (benchmarks/cpu_share.py's CpuMeter) ÷ the jobs of the "
+    "run. The services are the processes on the stack's ports; a node goes by its "
+    "command line; the benchmark group is what runs from benchmarks/: fire_bench's "
+    "producer and consumer for delayq, the peer's own process (BullMQ's Node.js "
+    "producer and worker) for a peer. Ratios are delayq ÷ BullMQ: below 1 is less CPU."
+)
 
 
 def s_batch(run: Result) -> str:
@@ -561,6 +637,8 @@ def scenario_tables(run: Result) -> list[tuple[str, str, str]]:
     builders = {
         "steady": steady_table,
         "stages": stages_table,
+        "cpu": cpu_table,
+        "cpu_burst": cpu_table,
         "burst": burst_table,
         "backlog": backlog_table,
         "ids": ids_table,
@@ -569,7 +647,8 @@ def scenario_tables(run: Result) -> list[tuple[str, str, str]]:
     tables = []
     for part, title in titles(run).items():
         kind, _, rate = part.partition("-")
-        scenario = run["scenarios"]["steady" if kind == "stages" else kind]
+        source = {"stages": "steady", "cpu": "steady", "cpu_burst": "burst"}
+        scenario = run["scenarios"][source.get(kind, kind)]
         data = scenario["by_rate"][rate] if rate else scenario
         tables.append((part, title, builders[kind](data)))
     return tables

@@ -14,25 +14,43 @@
 local inflight, delay, jobs, attempts, done, acked, dead, expired =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local now = now_ms()
-local count = 0
+-- Each job once, in the order given.
+local ids, seen = {}, {}
 for _, id in ipairs(ARGV) do
-  local v = redis.call('HGET', jobs, id)
-  if v then
-    if redis.call('ZREM', inflight, id) == 0 then
-      local seq = envelope_seq(v)
-      redis.call('ZREM', delay, member_of(seq, id))
-      redis.call('ZREM', dead, id)
-    end
-    local attempt = redis.call('HGET', attempts, id) or '1'
-    redis.call('HDEL', jobs, id)
-    redis.call('HDEL', attempts, id)
-    redis.call('ZADD', acked, '+inf', id)  -- until recorded (trim_journal)
-    journal(done, STATUS_FIRED, attempt, now, id, '')
-    count = count + 1
-  elseif redis.call('ZREM', expired, id) == 1 then
-    redis.call('ZADD', acked, '+inf', id)
-    journal(done, STATUS_FIRED, 0, now, id, '')
-    count = count + 1
+  if not seen[id] then
+    seen[id] = true
+    ids[#ids + 1] = id
   end
 end
-return count
+-- Read every job's envelope, in-flight entry and attempt in a few calls, then change
+-- the keys in one call each: per-call overhead, not per-job work, was most of the cost.
+local forget, marks, entries = {}, {}, {}
+for i = 1, #ids, CHUNK do
+  local last = math.min(i + CHUNK - 1, #ids)
+  local values = redis.call('HMGET', jobs, unpack(ids, i, last))
+  local deadlines = redis.call('ZMSCORE', inflight, unpack(ids, i, last))
+  local tries = redis.call('HMGET', attempts, unpack(ids, i, last))
+  for j = i, last do
+    local id, v = ids[j], values[j - i + 1]
+    if v then
+      if not deadlines[j - i + 1] then
+        redis.call('ZREM', delay, member_of(envelope_seq(v), id))
+        redis.call('ZREM', dead, id)
+      end
+      forget[#forget + 1] = id
+      marks[#marks + 1] = '+inf'  -- in the acked zset until recorded (trim_journal)
+      marks[#marks + 1] = id
+      entries[#entries + 1] = journal_entry(STATUS_FIRED, tries[j - i + 1] or '1', now, id, '')
+    elseif redis.call('ZREM', expired, id) == 1 then
+      marks[#marks + 1] = '+inf'
+      marks[#marks + 1] = id
+      entries[#entries + 1] = journal_entry(STATUS_FIRED, 0, now, id, '')
+    end
+  end
+end
+call_chunked('ZREM', inflight, forget)
+call_chunked('HDEL', jobs, forget)
+call_chunked('HDEL', attempts, forget)
+call_chunked('ZADD', acked, marks)
+call_chunked('RPUSH', done, entries)
+return #entries

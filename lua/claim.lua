@@ -41,6 +41,7 @@ if ARGV[5] and ARGV[5] ~= '' then
 end
 local result = {now, 0, 0}
 local zargs = {}
+local seen = {}  -- each job is handed out once per call
 
 -- Whether a job may still be published; expires it otherwise.
 local function publishable(id, v, attempt, how)
@@ -60,6 +61,7 @@ if ARGV[5] and ARGV[5] ~= '' then
     local v = redis.call('HGET', jobs, id)
     local attempt = tonumber(redis.call('HGET', attempts, id) or '1')
     if v and publishable(id, v, attempt, 'reclaimed') then
+      seen[id] = true
       zargs[#zargs + 1] = deadline
       zargs[#zargs + 1] = id
       result[#result + 1] = id
@@ -72,22 +74,32 @@ if ARGV[5] and ARGV[5] ~= '' then
   end
 end
 
+-- The envelopes and attempts of the popped jobs in a few calls, the new attempts and
+-- deadlines in one call each: per-call overhead, not per-job work, was most of the cost.
 local members = redis.call('LPOP', ready, tonumber(ARGV[2])) or {}
-for _, member in ipairs(members) do
-  local id = member_id(member)
-  local v = redis.call('HGET', jobs, id)
-  if v and envelope_seq(v) == member_seq(member) then
-    local attempt = tonumber(redis.call('HGET', attempts, id) or '0')
-    if publishable(id, v, attempt, 'claimed') then
-      zargs[#zargs + 1] = deadline
-      zargs[#zargs + 1] = id
-      result[#result + 1] = id
-      result[#result + 1] = v
-      result[#result + 1] = redis.call('HINCRBY', attempts, id, 1)
+local ids, counted = {}, {}
+for k, member in ipairs(members) do ids[k] = member_id(member) end
+for i = 1, #ids, CHUNK do
+  local last = math.min(i + CHUNK - 1, #ids)
+  local values = redis.call('HMGET', jobs, unpack(ids, i, last))
+  local tries = redis.call('HMGET', attempts, unpack(ids, i, last))
+  for j = i, last do
+    local id, v = ids[j], values[j - i + 1]
+    if v and not seen[id] and envelope_seq(v) == member_seq(members[j]) then
+      seen[id] = true
+      local attempt = tonumber(tries[j - i + 1] or '0')
+      if publishable(id, v, attempt, 'claimed') then
+        zargs[#zargs + 1] = deadline
+        zargs[#zargs + 1] = id
+        counted[#counted + 1] = id
+        counted[#counted + 1] = attempt + 1
+        result[#result + 1] = id
+        result[#result + 1] = v
+        result[#result + 1] = attempt + 1
+      end
     end
   end
 end
-for i = 1, #zargs, 1000 do
-  redis.call('ZADD', inflight, unpack(zargs, i, math.min(i + 999, #zargs)))
-end
+call_chunked('HSET', attempts, counted)
+call_chunked('ZADD', inflight, zargs)
 return result

@@ -83,6 +83,18 @@ async def test_add_same_id_twice_is_one_job(
     )
 
 
+async def test_add_of_the_same_id_twice_in_one_call_keeps_the_first(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    due = now_ms() + HOUR_MS
+    _, statuses = await scripts.add(SLOT, [job("a", due), job("b", due), job("a", due - 9)])
+    assert statuses == [AddCode.ADDED, AddCode.ADDED, AddCode.PRESENT]
+    assert await redis.zcard(k.slot(SLOT).delay) == 2
+    assert await redis.zrange(k.slot(SLOT).delay, 0, -1, withscores=True) == [
+        (m, float(due)) for m in await redis.zrange(k.slot(SLOT).delay, 0, -1)
+    ]
+
+
 async def test_add_wakes_only_when_earliest_moves_earlier(
     scripts: Scripts, redis_settings: Settings, k: KeySpace
 ) -> None:
@@ -160,9 +172,10 @@ async def test_untomb_does_not_restore_an_expired_tombstone(
 
 async def test_add_in_chunks(scripts: Scripts, redis: RedisClient, k: KeySpace) -> None:
     due = now_ms() + HOUR_MS
-    _, statuses = await scripts.add(SLOT, [job(f"j{i}", due + i) for i in range(1234)])
-    assert statuses == [AddCode.ADDED] * 1234
-    assert await redis.zcard(k.slot(SLOT).delay) == 1234
+    _, statuses = await scripts.add(SLOT, [job(f"j{i}", due + i) for i in range(2345)])
+    assert statuses == [AddCode.ADDED] * 2345
+    assert await redis.zcard(k.slot(SLOT).delay) == 2345
+    assert await redis.hlen(k.slot(SLOT).jobs) == 2345
 
 
 # ----- move -------------------------------------------------------------------------------
@@ -264,6 +277,30 @@ async def test_ack_forgets_the_job_and_journals_it(
     assert await redis.zscore(s.acked, "a") == float("inf")
     [entry] = await scripts.read_journal(SLOT, 10)
     assert entry.startswith(b"%d|1|" % JobStatus.FIRED) and entry.endswith(b"|1|a")
+
+
+async def test_a_batch_is_claimed_and_acked_in_order_each_job_once(
+    scripts: Scripts, redis: RedisClient, k: KeySpace
+) -> None:
+    # More jobs than one chunk of a variadic call (1,000), and one listed twice.
+    ids = [f"j{n:05d}" for n in range(2500)]
+    await scripts.add(SLOT, [job(i, now_ms() - 5) for i in ids])
+    await scripts.move(SLOT, 0, 5000)
+    s = k.slot(SLOT)
+    await redis.rpush(s.ready, (await redis.lrange(s.ready, 0, 0))[0])
+    claimed = (await scripts.claim(SLOT, 0, 5000, 30_000)).jobs
+    assert [c.job_id.decode() for c in claimed] == ids
+    assert {c.attempt for c in claimed} == {1}
+    assert await redis.zcard(s.inflight) == 2500
+    assert await redis.hget(s.attempts, "j02499") == b"1"
+    acked = [i.encode() for i in ids]
+    assert await scripts.ack(SLOT, [*acked, acked[0]]) == 2500
+    assert await redis.zcard(s.inflight) == 0
+    assert await redis.hlen(s.jobs) == 0 and await redis.hlen(s.attempts) == 0
+    assert await redis.zcard(s.acked) == 2500
+    entries = await scripts.read_journal(SLOT, 5000)
+    assert [e.rpartition(b"|")[2] for e in entries] == acked
+    assert all(e.startswith(b"%d|1|" % JobStatus.FIRED) for e in entries)
 
 
 # ----- nack / reap ------------------------------------------------------------------------

@@ -115,9 +115,24 @@ local function envelope_seq(v)
   return string.sub(v, 1, SEQ_DIGITS)
 end
 
+-- A journal entry for the MySQL recorder (actors/recorder.py reads it).
+local function journal_entry(status, attempt, ms, id, note)
+  return status .. '|' .. attempt .. '|' .. ms .. '|' .. string.len(id) .. '|' .. id .. (note or '')
+end
+
 local function journal(done_key, status, attempt, ms, id, note)
-  redis.call('RPUSH', done_key,
-    status .. '|' .. attempt .. '|' .. ms .. '|' .. string.len(id) .. '|' .. id .. (note or ''))
+  redis.call('RPUSH', done_key, journal_entry(status, attempt, ms, id, note))
+end
+
+-- Variadic commands take at most this many arguments per call (Lua's stack for unpack).
+local CHUNK = 1000
+
+-- redis.call(command, key, items...) in calls of at most CHUNK items each (CHUNK is
+-- even, so score-member and field-value pairs stay together).
+local function call_chunked(command, key, items)
+  for i = 1, #items, CHUNK do
+    redis.call(command, key, unpack(items, i, math.min(i + CHUNK - 1, #items)))
+  end
 end
 
 -- A job that may no longer be published: its envelope and attempts are forgotten, the

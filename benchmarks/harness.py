@@ -36,7 +36,7 @@ Scenarios
            steady/burst is reused.
 arq adds about 4,000 jobs/s and fires about 1,000/s, so its burst and backlog use at most
 --arq-max-jobs jobs (100,000): rates still compare per second and bytes per job. The
-floor runs in steady only, arq not in ids.
+floors run in steady only, arq not in ids.
 
 How each system runs
   delayq   benchmarks/fire_bench.py: schedule_many (a MySQL row and Redis per job), node
@@ -58,6 +58,9 @@ How each system runs
            bytes), when its due time comes; a consumer like delayq's (fetch_max_wait_ms
            5) reads it through the same local broker. Its lateness is what Kafka alone
            costs on this machine at that rate: the floor under delayq's.
+  floor-redis  the floor with the due times kept in a Redis sorted set (ZADD before,
+           one MULTI of ZRANGEBYSCORE + ZREMRANGEBYSCORE per loop iteration): the
+           least a delay queue on Redis and Kafka must do, beside delayq's CPU per job.
 Every job is due after all jobs are added: the first due time is 5 s plus the time the
 system needs to add N jobs at a conservative rate (LEAD_ADD_RATE) after the start.
 
@@ -154,9 +157,9 @@ ARQ_DIR = HERE / "peers" / "arq"
 ARQ_VENV = HERE / "peers" / ".venv-arq"
 ARQ_PYTHON = ARQ_VENV / "bin" / "python"
 
-SYSTEMS = ("delayq", "delayq-eos", "bullmq", "arq", "floor")
+SYSTEMS = ("delayq", "delayq-eos", "bullmq", "arq", "floor", "floor-redis")
 # What runs unless --systems says otherwise: delayq-eos needs a broker with transactions.
-DEFAULT_SYSTEMS = ("delayq", "bullmq", "arq", "floor")
+DEFAULT_SYSTEMS = ("delayq", "bullmq", "arq", "floor", "floor-redis")
 DELAYQ_DELIVERY = {"delayq": "at_least_once", "delayq-eos": "exactly_once"}
 SCENARIOS = ("steady", "burst", "backlog", "ids", "scale")
 # The systems each scenario runs: the floor is only a steady load, and the ids scenario
@@ -176,6 +179,7 @@ LEAD_ADD_RATE = {
     "bullmq": 10_000,
     "arq": 2_000,
     "floor": 15_000,
+    "floor-redis": 15_000,
 }
 BACKLOG_START_S = BACKLOG_SPREAD_S = 3600.0
 NEAR_START_S = NEAR_SPREAD_S = 120.0
@@ -264,7 +268,7 @@ def last_json_line(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 def peer_command(system: str) -> list[str]:
     if system == "bullmq":
         return ["node", str(BULLMQ_DIR / "bench.mjs")]
-    if system == "floor":
+    if system in ("floor", "floor-redis"):
         return [sys.executable, str(KAFKA_FLOOR)]
     return [str(ARQ_PYTHON), str(ARQ_DIR / "bench.py")]
 

@@ -27,6 +27,12 @@ delayq's lateness has above this floor is delayq's own (or its share of the mach
   live consumer missed (the local broker can make one visible out of order) are looked
   for by re-reading the topic, counted as received but kept out of lateness.
 
+With --redis URL (the harness's "floor-redis" system) the producer keeps the records'
+ids in a Redis sorted set, scored by due time (ZADD, 1,000 per pipelined call, before
+the first due time), and its send loop takes what is due with one MULTI of
+ZRANGEBYSCORE and ZREMRANGEBYSCORE per iteration before sending it: the least a delay
+queue on Redis and Kafka must do per job, the physical floor of delayq's CPU per job.
+
 Connects as Settings.from_env() says (cluster/connections/kafka_conn.py), so the secure stack
 works too. Writes float64 (receive_ms, due_ms) pairs to --raw, as the peers do
 (benchmarks/summary.py reads them), and prints one JSON line: counts, the record size,
@@ -43,9 +49,10 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
+import redis.asyncio
 import uvloop
 from aiokafka import AIOKafkaProducer
 from fire_bench import (
@@ -93,9 +100,10 @@ async def send_when_due(
     payload_bytes: int,
     sent_late: list[float],
     acked_late: list[float],
+    zset: ZSet | None = None,
 ) -> int:
-    """Send each record once its due time has come; returns the bytes of the last record.
-    The broker's acknowledgements are awaited at the end."""
+    """Send each record once its due time has come (taken from `zset` if given); returns
+    the bytes of the last record. The broker's acknowledgements are awaited at the end."""
     # The id's time part keeps ids apart between runs, as delayq's generated ids are.
     ids = [f"{dues[0]:012x}{i:020x}".encode() for i in range(len(dues))]
     acks: list[asyncio.Future[Any]] = []
@@ -104,6 +112,10 @@ async def send_when_due(
         if not ack.exception():
             acked_late.append(time.time() * 1000 - due)
 
+    if zset is not None:
+        return await send_from_zset(
+            producer, topic, dues, ids, payload_bytes, zset, sent_late, on_ack, acks
+        )
     i, value = 0, b""
     while i < len(dues):
         now_ms = time.time() * 1000
@@ -125,6 +137,54 @@ async def send_when_due(
     return len(value)
 
 
+class ZSet(NamedTuple):
+    redis: Any  # redis.asyncio.Redis
+    key: str
+
+
+async def send_from_zset(
+    producer: AIOKafkaProducer,
+    topic: str,
+    dues: list[int],
+    ids: list[bytes],
+    payload_bytes: int,
+    zset: ZSet,
+    sent_late: list[float],
+    on_ack: Any,
+    acks: list[asyncio.Future[Any]],
+) -> int:
+    """send_when_due's loop with the due records taken from a Redis sorted set."""
+    index = {job_id: i for i, job_id in enumerate(ids)}
+    for start in range(0, len(ids), 1000):
+        await zset.redis.zadd(
+            zset.key, {ids[i]: dues[i] for i in range(start, min(start + 1000, len(ids)))}
+        )
+    sent_count, value = 0, b""
+    while sent_count < len(ids):
+        now_ms = time.time() * 1000
+        async with zset.redis.pipeline(transaction=True) as pipe:
+            pipe.zrangebyscore(zset.key, "-inf", int(now_ms))
+            pipe.zremrangebyscore(zset.key, "-inf", int(now_ms))
+            due_ids, _ = await pipe.execute()
+        for job_id in due_ids:
+            i = index[job_id]
+            value = b'%s,"due_ms":%d,"fired_ms":%d,"attempt":1}' % (
+                record_head(job_id, topic, payload_bytes),
+                dues[i],
+                round(now_ms),
+            )
+            ack = await producer.send(topic, value, key=job_id, partition=i % PARTITIONS)
+            ack.add_done_callback(functools.partial(on_ack, dues[i]))
+            acks.append(ack)
+            sent_late.append(now_ms - dues[i])
+        sent_count += len(due_ids)
+        head = await zset.redis.zrange(zset.key, 0, 0, withscores=True)
+        if head:
+            await asyncio.sleep(max(0.0, head[0][1] - time.time() * 1000) / 1000)
+    await asyncio.gather(*acks)
+    return len(value)
+
+
 async def run_produce(args: argparse.Namespace) -> dict[str, Any]:
     """The producer's side, in a process of its own (as delayq's node is)."""
     settings = Settings.from_env().replace(node_id="kafka-floor", kafka_linger_ms=0)
@@ -132,14 +192,21 @@ async def run_produce(args: argparse.Namespace) -> dict[str, Any]:
     sent_late: list[float] = []
     acked_late: list[float] = []
     producer = make_producer(settings)
+    zset = None
+    if args.redis:
+        zset = ZSet(redis.asyncio.Redis.from_url(args.redis), f"floor:{args.topic}")
     try:
         await start_client(producer, settings)
         record_bytes = await send_when_due(
-            producer, args.topic, dues, args.payload_bytes, sent_late, acked_late
+            producer, args.topic, dues, args.payload_bytes, sent_late, acked_late, zset
         )
     finally:
         await producer.stop()
+        if zset is not None:
+            await zset.redis.delete(zset.key)
+            await zset.redis.aclose()
     return {
+        "redis": bool(zset),
         "record_bytes": record_bytes,
         "producer": {"acks": "all", "linger_ms": 0, "idempotence": settings.kafka_idempotence},
         "sent_lateness_ms": quantiles(sent_late),
@@ -170,6 +237,7 @@ async def run_fire(args: argparse.Namespace) -> dict[str, Any]:
                 f"--payload-bytes={args.payload_bytes}",
                 f"--topic={topic}",
                 f"--first-due-ms={first_due_ms}",
+                *([f"--redis={args.redis}"] if args.redis else []),
                 stdout=asyncio.subprocess.PIPE,
             )
             await consume(
@@ -188,7 +256,7 @@ async def run_fire(args: argparse.Namespace) -> dict[str, Any]:
             await consumer.stop()
     write_pairs(args.raw, received)
     return {
-        "system": "floor",
+        "system": "floor-redis" if args.redis else "floor",
         "mode": "fire",
         "jobs": args.jobs,
         "rate_per_s": args.rate,
@@ -222,6 +290,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--raw", type=Path, help="fire: where to write (receive_ms, due_ms) pairs")
     parser.add_argument(
         "--payload-bytes", type=int, default=100, help="size of the string in each payload"
+    )
+    parser.add_argument(
+        "--redis", help="a Redis URL: keep the due times in a sorted set there (the full floor)"
     )
     parser.add_argument("--topic", help="produce: the topic (fire makes one)")
     parser.add_argument("--first-due-ms", type=int, help="produce: the first record's due time")

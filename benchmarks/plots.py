@@ -25,6 +25,7 @@ COLORS = {
     "bullmq": "tab:orange",
     "arq": "tab:green",
     "floor": "tab:gray",
+    "floor-redis": "tab:brown",
 }
 LABELS = {
     "delayq": "delayq (at a Kafka consumer)",
@@ -32,6 +33,7 @@ LABELS = {
     "bullmq": "BullMQ (in its worker)",
     "arq": "arq (in its worker)",
     "floor": "Kafka floor (bare producer → broker → consumer)",
+    "floor-redis": "Redis + Kafka floor (a sorted set, then the Kafka floor)",
 }
 MIN_LATENESS_MS = 0.1  # the log axis starts here; anything below is drawn at it
 PLAIN = FuncFormatter(lambda value, _: f"{value:g}")  # 200, not 2×10²

@@ -18,6 +18,7 @@ NAMES = {
     "delayq_node": "delayq, 1 node",
     "delayq_near": "delayq, due in 2–4 min",
     "floor": "Kafka floor",
+    "floor-redis": "Redis + Kafka floor",
 }
 PEERS = ("bullmq", "arq")
 STEADY_PEERS = (*PEERS, "floor")
@@ -422,14 +423,19 @@ CPU_GROUPS = (
 )
 
 
+# The rows a ratio to a peer means something in: processes both systems run (a peer
+# leaves MariaDB and the broker idle), and the total.
+COMPARED = ("Redis", "benchmark (client, consumer)", "", None)
+
+
 def cpu_us(r: Result, group: str | None) -> float | None:
     """µs of CPU per received job of one process group (None: the total) over a run."""
     used: dict[str, float] | None = r.get("cpu_s")
-    jobs = r.get("received")
+    jobs = int(r.get("received") or 0)
     if not used or not jobs:
         return None
     cpu_s = sum(used.values()) if group is None else used.get(group, 0.0)
-    return cpu_s / jobs * 1e6
+    return float(cpu_s / jobs * 1e6)
 
 
 def cpu_table(s: Result) -> str:
@@ -465,7 +471,7 @@ def cpu_table(s: Result) -> str:
             [
                 title,
                 *(us(values[n]) for n in names),
-                *(times(values[d], values[p]) for d, p in pairs),
+                *(times(values[d], values[p]) if group in COMPARED else "—" for d, p in pairs),
             ]
         )
     return table(headers, rows)

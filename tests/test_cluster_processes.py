@@ -60,6 +60,24 @@ def stop_all(nodes: list[NodeProcess]) -> None:
         node.kill()
 
 
+def retries(collector: Collector, log_dir: Path) -> str:
+    """Empty when every record is a first attempt; else the retried records and what
+    the nodes logged at WARNING or above, to tell why."""
+    retried = [r for r in collector.records if r["attempt"] != 1]
+    if not retried:
+        return ""
+    warnings = [
+        f"{log.stem}: {line}"
+        for log in sorted(log_dir.glob("*.log"))
+        for line in log.read_text(errors="replace").splitlines()
+        if " WARNING " in line or " ERROR " in line
+    ]
+    shown = [{k: r.get(k) for k in ("job_id", "attempt", "node", "due_ms")} for r in retried[:5]]
+    return f"{len(retried)} record(s) retried, e.g. {shown}; the nodes logged: " + "\n".join(
+        warnings[:30]
+    )
+
+
 async def test_three_nodes_share_jobs_none_lost_none_duplicated(
     settings: Settings, client: DelayClient, collector: Collector, tmp_path: Path, topic: str
 ) -> None:
@@ -75,7 +93,7 @@ async def test_three_nodes_share_jobs_none_lost_none_duplicated(
     assert not lost
     assert duplicates == 0
     # Not one retry either: a duplicate still on its way would show up here first.
-    assert {r["attempt"] for r in collector.records} == {1}
+    assert not (why := retries(collector, tmp_path)), why
     assert {r["node"] for r in collector.records} == set(NAMES)
     assert all(r["fired_ms"] >= r["due_ms"] for r in collector.records)  # type: ignore
 
@@ -203,6 +221,6 @@ async def test_a_fourth_node_joins_mid_run_and_takes_its_share(
     )
     assert not lost
     assert duplicates == 0  # a graceful hand-off is not a failure
-    assert {r["attempt"] for r in collector.records} == {1}
+    assert not (why := retries(collector, tmp_path)), why
     assert share == settings.slots // 4  # its even share: 16 slots over 4 nodes
     assert "node-d" in {r["node"] for r in collector.records}

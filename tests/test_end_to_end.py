@@ -6,6 +6,9 @@ import dataclasses
 import random
 import uuid
 from collections import Counter
+from typing import Any
+
+from aiokafka.protocol.metadata import MetadataRequest
 
 from actors.node import Node
 from actors.publisher import make_producer
@@ -199,10 +202,25 @@ async def test_the_broker_check_asks_for_no_topic(settings: Settings, topic: str
     # broker's metadata each time (thousands of topics on a shared broker).
     producer = make_producer(settings)
     await start_client(producer, settings)
+    asked: list[list[str] | None] = []  # the topics of each metadata request it sends
+    send = producer.client.send
+
+    async def watched(node_id: int, request: Any, **options: Any) -> Any:
+        if isinstance(request, MetadataRequest):
+            asked.append(request._topics)  # None: every topic
+        return await send(node_id, request, **options)
+
     try:
+        producer.client.send = watched
         assert await broker_answers(producer.client)
-        assert topic not in producer.client.cluster.topics()
-        assert await producer.client.force_metadata_update()  # what the check was before
-        assert topic in producer.client.cluster.topics()
+        assert asked == [[]]
+        producer.client.send = send
+
+        async def a_full_refresh_lists_it() -> bool:  # what the check was before
+            await producer.client.force_metadata_update()
+            return topic in producer.client.cluster.topics()
+
+        # A topic just created reaches every broker's metadata a moment later.
+        assert await wait_for(a_full_refresh_lists_it, timeout_s=30)
     finally:
         await producer.stop()

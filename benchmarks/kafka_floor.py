@@ -93,73 +93,75 @@ def quantiles(values: list[float]) -> dict[str, float | None]:
     }
 
 
-async def send_when_due(
-    producer: AIOKafkaProducer,
-    topic: str,
-    dues: list[int],
-    payload_bytes: int,
-    sent_late: list[float],
-    acked_late: list[float],
-    zset: ZSet | None = None,
-) -> int:
-    """Send each record once its due time has come (taken from `zset` if given); returns
-    the bytes of the last record. The broker's acknowledgements are awaited at the end."""
-    # The id's time part keeps ids apart between runs, as delayq's generated ids are.
-    ids = [f"{dues[0]:012x}{i:020x}".encode() for i in range(len(dues))]
-    acks: list[asyncio.Future[Any]] = []
-
-    def on_ack(due: int, ack: asyncio.Future[Any]) -> None:
-        if not ack.exception():
-            acked_late.append(time.time() * 1000 - due)
-
-    if zset is not None:
-        return await send_from_zset(
-            producer, topic, dues, ids, payload_bytes, zset, sent_late, on_ack, acks
-        )
-    i, value = 0, b""
-    while i < len(dues):
-        now_ms = time.time() * 1000
-        while i < len(dues) and dues[i] <= now_ms:
-            sent = round(now_ms)
-            value = b'%s,"due_ms":%d,"fired_ms":%d,"attempt":1}' % (
-                record_head(ids[i], topic, payload_bytes),
-                dues[i],
-                sent,
-            )
-            ack = await producer.send(topic, value, key=ids[i], partition=i % PARTITIONS)
-            ack.add_done_callback(functools.partial(on_ack, dues[i]))
-            acks.append(ack)
-            sent_late.append(now_ms - dues[i])
-            i += 1
-        if i < len(dues):
-            await asyncio.sleep(max(0.0, dues[i] - time.time() * 1000) / 1000)
-    await asyncio.gather(*acks)
-    return len(value)
-
-
 class ZSet(NamedTuple):
     redis: Any  # redis.asyncio.Redis
     key: str
 
 
-async def send_from_zset(
-    producer: AIOKafkaProducer,
-    topic: str,
-    dues: list[int],
-    ids: list[bytes],
-    payload_bytes: int,
-    zset: ZSet,
-    sent_late: list[float],
-    on_ack: Any,
-    acks: list[asyncio.Future[Any]],
-) -> int:
+class Sender:
+    """Sends record i of the run, shaped like delayq's, and keeps its lateness."""
+
+    def __init__(
+        self,
+        producer: AIOKafkaProducer,
+        topic: str,
+        dues: list[int],
+        payload_bytes: int,
+        sent_late: list[float],
+        acked_late: list[float],
+    ) -> None:
+        self.producer, self.topic, self.dues = producer, topic, dues
+        self.payload_bytes = payload_bytes
+        self.sent_late, self.acked_late = sent_late, acked_late
+        # The id's time part keeps ids apart between runs, as delayq's generated ids are.
+        self.ids = [f"{dues[0]:012x}{i:020x}".encode() for i in range(len(dues))]
+        self.acks: list[asyncio.Future[Any]] = []
+        self.record_bytes = 0
+
+    def _on_ack(self, due: int, ack: asyncio.Future[Any]) -> None:
+        if not ack.exception():
+            self.acked_late.append(time.time() * 1000 - due)
+
+    async def send(self, i: int, now_ms: float) -> None:
+        value = b'%s,"due_ms":%d,"fired_ms":%d,"attempt":1}' % (
+            record_head(self.ids[i], self.topic, self.payload_bytes),
+            self.dues[i],
+            round(now_ms),
+        )
+        ack = await self.producer.send(self.topic, value, key=self.ids[i], partition=i % PARTITIONS)
+        ack.add_done_callback(functools.partial(self._on_ack, self.dues[i]))
+        self.acks.append(ack)
+        self.sent_late.append(now_ms - self.dues[i])
+        self.record_bytes = len(value)
+
+
+async def send_when_due(sender: Sender, zset: ZSet | None = None) -> int:
+    """Send each record once its due time has come (taken from `zset` if given); returns
+    the bytes of the last record. The broker's acknowledgements are awaited at the end."""
+    if zset is not None:
+        await send_from_zset(sender, zset)
+    else:
+        dues, i = sender.dues, 0
+        while i < len(dues):
+            now_ms = time.time() * 1000
+            while i < len(dues) and dues[i] <= now_ms:
+                await sender.send(i, now_ms)
+                i += 1
+            if i < len(dues):
+                await asyncio.sleep(max(0.0, dues[i] - time.time() * 1000) / 1000)
+    await asyncio.gather(*sender.acks)
+    return sender.record_bytes
+
+
+async def send_from_zset(sender: Sender, zset: ZSet) -> None:
     """send_when_due's loop with the due records taken from a Redis sorted set."""
+    ids, dues = sender.ids, sender.dues
     index = {job_id: i for i, job_id in enumerate(ids)}
     for start in range(0, len(ids), 1000):
         await zset.redis.zadd(
             zset.key, {ids[i]: dues[i] for i in range(start, min(start + 1000, len(ids)))}
         )
-    sent_count, value = 0, b""
+    sent_count = 0
     while sent_count < len(ids):
         now_ms = time.time() * 1000
         async with zset.redis.pipeline(transaction=True) as pipe:
@@ -167,22 +169,11 @@ async def send_from_zset(
             pipe.zremrangebyscore(zset.key, "-inf", int(now_ms))
             due_ids, _ = await pipe.execute()
         for job_id in due_ids:
-            i = index[job_id]
-            value = b'%s,"due_ms":%d,"fired_ms":%d,"attempt":1}' % (
-                record_head(job_id, topic, payload_bytes),
-                dues[i],
-                round(now_ms),
-            )
-            ack = await producer.send(topic, value, key=job_id, partition=i % PARTITIONS)
-            ack.add_done_callback(functools.partial(on_ack, dues[i]))
-            acks.append(ack)
-            sent_late.append(now_ms - dues[i])
+            await sender.send(index[job_id], now_ms)
         sent_count += len(due_ids)
         head = await zset.redis.zrange(zset.key, 0, 0, withscores=True)
         if head:
             await asyncio.sleep(max(0.0, head[0][1] - time.time() * 1000) / 1000)
-    await asyncio.gather(*acks)
-    return len(value)
 
 
 async def run_produce(args: argparse.Namespace) -> dict[str, Any]:
@@ -197,9 +188,8 @@ async def run_produce(args: argparse.Namespace) -> dict[str, Any]:
         zset = ZSet(redis.asyncio.Redis.from_url(args.redis), f"floor:{args.topic}")
     try:
         await start_client(producer, settings)
-        record_bytes = await send_when_due(
-            producer, args.topic, dues, args.payload_bytes, sent_late, acked_late, zset
-        )
+        sender = Sender(producer, args.topic, dues, args.payload_bytes, sent_late, acked_late)
+        record_bytes = await send_when_due(sender, zset)
     finally:
         await producer.stop()
         if zset is not None:

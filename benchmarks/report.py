@@ -454,10 +454,8 @@ def cpu_table(s: Result) -> str:
     def cell(r: Result, group: str) -> float | None:
         if group:
             return cpu_us(r, group)
-        used = r["cpu_s"]
-        rest = sum(v for g, v in used.items() if g not in listed)
-        total = cpu_us(r, None)
-        return None if total is None else total * rest / max(sum(used.values()), 1e-9)
+        rest = {g: v for g, v in r["cpu_s"].items() if g not in listed}
+        return cpu_us({**r, "cpu_s": rest}, None) if rest else 0.0
 
     def us(value: float | None) -> str:
         return "—" if value is None else f"{value:,.1f} µs"

@@ -99,8 +99,8 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 	$(BIN)/pip install --quiet -e '.[bench]'
 	touch $@
 
-# delayq side by side with BullMQ and arq on the same Redis, and the bare Kafka floor,
-# every scenario (steady at 5,000 and 10,000 jobs/s, burst, backlog, ids, scale; about
+# delayq side by side with BullMQ and arq on the same Redis, and the bare Kafka floor
+# (also with a Redis sorted set), CPU per job by process beside the peers, every scenario (steady at 5,000 and 10,000 jobs/s, burst, backlog, ids, scale; about
 # half an hour): results, tables and plots in benchmarks/results/ only. Installs the
 # peers on first use.
 # `make benchmarks ARGS=--write-docs` is the full run for the docs: it also writes the
@@ -110,7 +110,7 @@ benchmarks: migrate $(VENV)/.bench-installed
 	eval "$$($(BIN)/delayq services env)" && $(BIN)/python benchmarks/harness.py $(ARGS)
 
 # The steady scenario alone (5,000 and 10,000 jobs/s for 10 s, each against BullMQ,
-# arq and the Kafka floor); writes benchmarks/results/ only, not the docs.
+# arq and the two floors); writes benchmarks/results/ only, not the docs.
 compare: migrate $(VENV)/.bench-installed
 	eval "$$($(BIN)/delayq services env)" && $(BIN)/python benchmarks/harness.py --scenarios steady $(ARGS)
 

@@ -22,8 +22,12 @@ local members = redis.call('ZRANGEBYSCORE', delay, '-inf', now + tonumber(ARGV[3
 local moved = #members
 local first_due = NO_TIME
 if moved > 0 then first_due = due_of(tonumber(redis.call('ZSCORE', delay, members[1]))) end
-call_chunked('RPUSH', ready, members)
-call_chunked('ZREM', delay, members)
+local chunk = 500
+for i = 1, moved, chunk do
+  local last = math.min(i + chunk - 1, moved)
+  redis.call('RPUSH', ready, unpack(members, i, last))
+  redis.call('ZREM', delay, unpack(members, i, last))
+end
 local next_due = NO_TIME
 if moved == limit then
   next_due = now

@@ -9,6 +9,7 @@ whose per-parameter escaping cost more than the database's work. MySQLStore
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -173,16 +174,25 @@ async def mark_restored(pool: Any, table: str, marks: dict[str, int]) -> list[Jo
         return []
     ids = list(marks)
     listed = ", ".join(["%s"] * len(ids))
-    async with pool.acquire() as conn, sql.transaction(conn), conn.cursor() as cur:
-        await cur.execute(
-            f"SELECT {JOB_COLUMNS} FROM {table} WHERE job_id IN ({listed})"
-            f" AND status IN ({_WAITING}) FOR UPDATE",
-            ids,
-        )
-        rows = [record_of_row(row) for row in await cur.fetchall()]
-        if rows:
-            await cur.executemany(
-                f"UPDATE {table} SET restored_ms = %s WHERE job_id = %s",
-                [(int(marks[row.job_id]), row.job_id) for row in rows],
-            )
+    async with pool.acquire() as conn:
+        await conn.begin()
+        try:
+            async with conn.cursor() as cur:
+                await cur.execute(
+                    f"SELECT {JOB_COLUMNS} FROM {table} WHERE job_id IN ({listed})"
+                    f" AND status IN ({_WAITING}) FOR UPDATE",
+                    ids,
+                )
+                rows = [record_of_row(row) for row in await cur.fetchall()]
+                if rows:
+                    await cur.executemany(
+                        f"UPDATE {table} SET restored_ms = %s WHERE job_id = %s",
+                        [(int(marks[row.job_id]), row.job_id) for row in rows],
+                    )
+            await conn.commit()
+        except BaseException:
+            # A broken connection rolls back by itself; one that works is given back clean.
+            with contextlib.suppress(Exception):
+                await conn.rollback()
+            raise
     return rows

@@ -6,6 +6,7 @@ numbers come from cluster/model/contract.py.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -379,17 +380,26 @@ class MySQLStore(ShardedStore):
         async def write(conn: Any, dbs: list[int]) -> None:
             # One transaction per server: a reader never sees a status without its
             # history line, and the server flushes its log once per round, not per table.
-            async with sql.transaction(conn), conn.cursor() as cur:
-                quote = sql.quoter(conn)
-                for shard, items in by_shard.items():
-                    if shard[0] not in dbs:
-                        continue
-                    table, history = self.shard_tables(shard)
-                    await job_writes.apply_outcomes(cur, quote, table, items)
-                    entries = [
-                        (o.job_id, int(o.status), o.attempt, o.slot, o.note, o.at_ms) for o in items
-                    ]
-                    await job_writes.insert_history(cur, quote, self.node_id, history, entries)
+            await conn.begin()
+            try:
+                async with conn.cursor() as cur:
+                    quote = sql.quoter(conn)
+                    for shard, items in by_shard.items():
+                        if shard[0] not in dbs:
+                            continue
+                        table, history = self.shard_tables(shard)
+                        await job_writes.apply_outcomes(cur, quote, table, items)
+                        entries = [
+                            (o.job_id, int(o.status), o.attempt, o.slot, o.note, o.at_ms)
+                            for o in items
+                        ]
+                        await job_writes.insert_history(cur, quote, self.node_id, history, entries)
+                await conn.commit()
+            except BaseException:
+                # A broken connection rolls back by itself; one that works is given back clean.
+                with contextlib.suppress(Exception):
+                    await conn.rollback()
+                raise
 
         if by_shard:
             await self.router.run_grouped({shard[0] for shard in by_shard}, write)

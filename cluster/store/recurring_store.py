@@ -25,7 +25,7 @@ from cluster.model.tick_ids import tick_job_id
 from cluster.model.ticks import Cadence, Missed
 from cluster.store.mysql_store import MySQLStore
 from cluster.store.rows import OPTION_COLUMNS, options_of_columns
-from cluster.store.sql import datetime_to_ms, ms_to_datetime, transaction
+from cluster.store.sql import datetime_to_ms, ms_to_datetime
 
 
 @dataclass(frozen=True)
@@ -254,8 +254,16 @@ class RecurringStore:
         shard (which holds its ticks' jobs too): committed when the block ends, rolled
         back when it raises."""
         pool = await self.mysql.pool_for(self._db_of(name))
-        async with pool.acquire() as conn, transaction(conn), conn.cursor() as cur:
-            yield conn, cur
+        async with pool.acquire() as conn:
+            await conn.begin()
+            try:
+                async with conn.cursor() as cur:
+                    yield conn, cur
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await conn.rollback()
+                raise
+            await conn.commit()
 
     async def lock(self, cur: Any, name: str) -> RecurringSchedule | None:
         """The schedule's row, locked until the transaction ends (None: no row)."""

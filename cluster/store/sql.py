@@ -8,10 +8,9 @@ per-parameter escaping cost more than the database's work (see cluster/store/job
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlparse
 
@@ -268,18 +267,3 @@ async def execute_overlapped(cur: Any, statements: Iterable[str]) -> int:
         if running is not None and not running.done():
             # Building failed: the connection must not go back to the pool mid-query.
             await asyncio.wait([running])
-
-
-@contextlib.asynccontextmanager
-async def transaction(conn: Any) -> AsyncIterator[None]:
-    """The block in one transaction on `conn`: committed when it ends, rolled back when
-    it raises (a broken connection rolls back by itself; one that works is given back
-    clean)."""
-    await conn.begin()
-    try:
-        yield
-        await conn.commit()
-    except BaseException:
-        with contextlib.suppress(Exception):
-            await conn.rollback()
-        raise

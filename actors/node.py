@@ -178,7 +178,12 @@ class Node:
         mover_queue, dispatch_queue = SlotQueue(s.queue_size), SlotQueue(s.queue_size)
         reconcile_queue = SlotQueue(s.queue_size)
         scanner = SlotScanner(
-            held, mover_queue, s.safety_wake_ms, s.clock_offset_ms, s.fire_advance_ms
+            held,
+            mover_queue,
+            s.safety_wake_ms,
+            s.clock_offset_ms,
+            s.fire_advance_ms,
+            s.round_interval_ms,
         )
         mover = Mover(scripts, held, scanner, mover_queue, dispatch_queue, s.move_batch)
         transactions = SlotTransactions(s, scripts, held) if s.delivery == "exactly_once" else None

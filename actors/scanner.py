@@ -16,6 +16,11 @@ due time and the move takes the jobs due within the whole advance; the dispatche
 until its due time by the Redis clock. Only while the offset is fresh (a move reported
 within OFFSET_FRESH_S): a node that has not heard the Redis clock lately moves at the
 due time, as without an advance.
+
+With a round interval (round_interval_ms) the scanner sends due slots at most once per
+interval: the slots that came due meanwhile go to the mover together, so each move and
+claim round carries more jobs and costs less per job (docs/benchmarks.md), for up to
+that much more lateness.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class SlotScanner(Actor):
         safety_wake_ms: int,
         clock_offset_ms: int = 0,
         fire_advance_ms: int = 0,
+        round_interval_ms: int = 0,
     ) -> None:
         super().__init__()
         self.ownership = ownership
@@ -63,6 +69,8 @@ class SlotScanner(Actor):
         self._offset_at = -OFFSET_FRESH_S  # time.monotonic() it was measured; never yet
         self.fire_advance_ms = fire_advance_ms
         self._next_safety = 0.0  # time.monotonic() of the next safety wake
+        self.round_interval_s = round_interval_ms / 1000
+        self._next_round = 0.0  # time.monotonic() before which no slot is sent
         # Slot → Redis ms the mover last moved jobs of it (the claim-stage metric).
         self.moved_ms: dict[int, int] = {}
 
@@ -134,15 +142,22 @@ class SlotScanner(Actor):
             # takes the whole lead: each move of a busy slot covers about half the lead's
             # worth of jobs rather than one job at a time.
             send_ms = self.lead_ms() / 2
-            await self._send_due(self.redis_now_ms() + send_ms)
+            pace_s = self._next_round - time.monotonic()
+            if pace_s <= 0 and await self._send_due(self.redis_now_ms() + send_ms):
+                self._next_round = time.monotonic() + self.round_interval_s
             wait_s = self._next_safety - time.monotonic()
             if self._heap:
                 wait_s = min(wait_s, (self._heap[0][0] - send_ms - self.redis_now_ms()) / 1000)
+            if pace_s > 0:
+                # Slots due now wait for the next round; a wake meanwhile comes back here.
+                wait_s = max(wait_s, pace_s)
             if wait_s > 0:
                 self._notified.clear()
                 await self.wait_event(self._notified, wait_s)
 
-    async def _send_due(self, now: float) -> None:
+    async def _send_due(self, now: float) -> int:
+        """Send every owned slot due by `now` to the mover; returns how many were sent."""
+        sent = 0
         while self._heap and self._heap[0][0] <= now and not self.stopping:
             due, slot = heapq.heappop(self._heap)
             if self._next_due.get(slot) != due:
@@ -153,3 +168,5 @@ class SlotScanner(Actor):
             del self._next_due[slot]
             self._moving[slot] = NEVER  # a move is on its way; report() sets the next time
             await self.mover_queue.put(slot)
+            sent += 1
+        return sent

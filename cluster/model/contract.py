@@ -12,7 +12,7 @@ from __future__ import annotations
 from enum import IntEnum, StrEnum, unique
 from typing import AnyStr
 
-from cluster.settings import config
+from cluster.settings import checks
 
 
 @unique  # two names for one code would make the reply ambiguous
@@ -106,10 +106,10 @@ PRIORITY_MAX = 1000
 PRIORITY_SCALE = 1024
 
 # The versions of the envelope header (cluster/model/envelope.py), the latest last,
-# defined beside the envelope_version setting that picks the one a process writes.
+# defined with the check of the envelope_version setting that picks the one a process writes.
 # Version 1 packed max attempts, expiry and priority into one text ("5:60000p10");
 # version 2 names each field ("v=2;a=5;x=60000;p=10"). Readers read every version.
-ENVELOPE_VERSIONS = config.ENVELOPE_VERSIONS
+ENVELOPE_VERSIONS = checks.ENVELOPE_VERSIONS
 
 
 @unique

@@ -15,27 +15,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from cluster.errors import ConfigError
+from cluster.settings.checks import DELIVERY_MODES as DELIVERY_MODES  # re-exported
+from cluster.settings.checks import RECORD_OVERHEAD_BYTES as RECORD_OVERHEAD_BYTES
+from cluster.settings.checks import ROUND_INTERVAL_MS, check
 from cluster.settings.security import redact_url as redact_url  # re-exported
 from cluster.settings.security import redact_value
 from cluster.settings.sources import load_toml, parse_value
 
-KAFKA_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-KAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-# What a fired record holds besides its payload, at most: job_id, biz_id (also the Kafka
-# key) and biz_type at up to 4 UTF-8 bytes a character (200, 200, 64), the topic (249),
-# field names, times, the delayq-node header and Kafka's record framing.
-RECORD_OVERHEAD_BYTES = 4096
-# A claimed job waits in the node for at most this long before it is published: cancel()
-# answers "in flight" for it meanwhile, so the advance stays a matter of milliseconds.
-MAX_FIRE_ADVANCE_MS = 1000
-DELIVERY_MODES = ("at_least_once", "exactly_once")
-# The Redis envelope header versions (cluster/model/contract.py describes them).
-ENVELOPE_VERSIONS = (1, 2)
-# The smallest payload_lead_ms other than 0: the filler passes four times per lead (at
-# most once a second), and more often than that is not worth the bytes it saves.
-MIN_PAYLOAD_LEAD_MS = 1000
-# Settings whose whole value is a secret.
 SECRET_SETTINGS = frozenset({"kafka_sasl_password", "zk_auth", "web_tokens"})
 
 
@@ -147,6 +133,11 @@ class Settings:
     # by default: on the local broker the records released one millisecond at a time
     # made more, smaller batches, and lateness at the consumer rose (docs/benchmarks.md).
     fire_advance_ms: int = 0
+    # The least time between two of a node's move rounds (actors/scanner.py): the slots
+    # that come due meanwhile are moved, then claimed, together, in fuller script calls
+    # and fewer round trips. Costs up to this much lateness. 0: move each slot as soon
+    # as it is due.
+    round_interval_ms: int = ROUND_INTERVAL_MS
     reap_interval_ms: int = 1000
     inflight_timeout_ms: int = 30000
     retry_backoff_ms: int = 1000
@@ -242,171 +233,7 @@ class Settings:
     ingress_batch: int = 1000
 
     def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        if self.slots < 1 or self.slots & (self.slots - 1):
-            raise ConfigError(f"slots must be a power of two >= 1, got {self.slots}")
-        if self.slots > 65536:
-            raise ConfigError(f"slots must be <= 65536, got {self.slots}")
-        for name in (
-            "mysql_databases",
-            "mysql_tables",
-            "payload_max_bytes",
-            "default_max_attempts",
-            "move_batch",
-            "claim_batch",
-            "dispatch_concurrency",
-            "record_batch",
-            "record_interval_ms",
-            "marker_retention_ms",
-            "reconcile_interval_ms",
-            "recent_reconcile_ms",
-            "safety_wake_ms",
-            "outbox_poll_ms",
-            "recurring_poll_ms",
-            "recurring_lookahead_ms",
-            "reap_interval_ms",
-            "inflight_timeout_ms",
-            "retry_backoff_ms",
-            "retry_backoff_max_ms",
-            "queue_size",
-            "kafka_request_timeout_ms",
-            "kafka_delivery_timeout_ms",
-            "kafka_max_batch_bytes",
-            "zk_session_timeout_ms",
-            "redis_horizon_ms",
-            "stats_interval_ms",
-            "retention_batch",
-            "web_body_max_bytes",
-            "ingress_batch",
-            "metrics_max_topics",
-            "redis_wait_timeout_ms",
-            "search_statement_max_ms",
-            "web_searches_per_token",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.payload_max_bytes + RECORD_OVERHEAD_BYTES > self.kafka_max_batch_bytes:
-            # Otherwise a payload producers accept could never be published: it would
-            # use up its attempts and go dead.
-            raise ConfigError(
-                f"payload_max_bytes ({self.payload_max_bytes}) must leave "
-                f"{RECORD_OVERHEAD_BYTES} bytes for the record's other fields within "
-                f"kafka_max_batch_bytes ({self.kafka_max_batch_bytes}): at most "
-                f"{self.kafka_max_batch_bytes - RECORD_OVERHEAD_BYTES}"
-            )
-        if self.allowed_topics and not all(p.strip() for p in self.allowed_topics.split(",")):
-            raise ConfigError(
-                "allowed_topics must be comma-separated fnmatch patterns without empty "
-                f"ones, or empty for any topic; got {self.allowed_topics!r}"
-            )
-        if not 0 <= self.metrics_port <= 65535:
-            raise ConfigError(f"metrics_port must be 0 (off) to 65535, got {self.metrics_port}")
-        for name in (
-            "stall_timeout_s",
-            "ready_timeout_s",
-            "retention_interval_s",
-            "mysql_move_wait_s",
-            "mysql_statement_timeout_s",
-            "mysql_stall_s",
-        ):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
-        if not self.retention_days >= 0:
-            raise ConfigError(
-                f"retention_days must be >= 0 (0: keep forever), got {self.retention_days}"
-            )
-        if self.log_format not in ("text", "json"):
-            raise ConfigError(f"log_format must be 'text' or 'json', got {self.log_format!r}")
-        if self.store_unreachable_release_ms < 0:
-            raise ConfigError(
-                "store_unreachable_release_ms must be >= 0 (0: never), got "
-                f"{self.store_unreachable_release_ms}"
-            )
-        if self.redis_wait_replicas < 0:
-            raise ConfigError(f"redis_wait_replicas must be >= 0, got {self.redis_wait_replicas}")
-        if (fallback := self.redis_wait_fallback) not in ("raise", "mysql"):
-            raise ConfigError(f"redis_wait_fallback must be 'raise' or 'mysql', got {fallback!r}")
-        if not 0 <= self.fire_advance_ms <= MAX_FIRE_ADVANCE_MS:
-            raise ConfigError(
-                f"fire_advance_ms must be 0 (off) to {MAX_FIRE_ADVANCE_MS}, got "
-                f"{self.fire_advance_ms}"
-            )
-        if self.delivery not in DELIVERY_MODES:
-            raise ConfigError(f"delivery must be one of {DELIVERY_MODES}, got {self.delivery!r}")
-        if self.delivery == "exactly_once" and not (
-            self.kafka_idempotence and self.kafka_journal_topic
-        ):
-            raise ConfigError("delivery exactly_once needs kafka_idempotence and a journal topic")
-        if self.kafka_linger_ms < 0:
-            raise ConfigError(f"kafka_linger_ms must be >= 0, got {self.kafka_linger_ms}")
-        if self.redis_horizon_ms < 1000:
-            raise ConfigError(f"redis_horizon_ms must be >= 1000, got {self.redis_horizon_ms}")
-        if self.payload_lead_ms != 0 and not (
-            MIN_PAYLOAD_LEAD_MS <= self.payload_lead_ms <= self.redis_horizon_ms // 2
-        ):
-            # Beyond horizon/2 every job the reconciler loads is within the lead already, so
-            # nothing would be lean: most likely a mistake in one of the two settings.
-            raise ConfigError(
-                f"payload_lead_ms must be 0 (always store payloads in Redis) or between "
-                f"{MIN_PAYLOAD_LEAD_MS} and redis_horizon_ms / 2 "
-                f"({self.redis_horizon_ms // 2}), got {self.payload_lead_ms}"
-            )
-        if (version := self.envelope_version) not in ENVELOPE_VERSIONS:
-            raise ConfigError(f"envelope_version must be one of {ENVELOPE_VERSIONS}, got {version}")
-        if self.recurring_lookahead_ms < 2 * self.recurring_poll_ms:
-            # A tick must be made into a job before it is due, in one of the polls
-            # between lookahead and lookahead/2 before it.
-            raise ConfigError(
-                f"recurring_lookahead_ms ({self.recurring_lookahead_ms}) must be at least "
-                f"2 × recurring_poll_ms ({2 * self.recurring_poll_ms})"
-            )
-        if not self.startup_timeout_s >= 0:
-            raise ConfigError(f"startup_timeout_s must be >= 0, got {self.startup_timeout_s}")
-        if not self.max_delay_s > 0:
-            raise ConfigError(f"max_delay_s must be > 0, got {self.max_delay_s}")
-        if self.default_max_attempts > 1000:
-            raise ConfigError("default_max_attempts must be <= 1000")
-        if self.inflight_timeout_ms <= self.kafka_delivery_timeout_ms:
-            # A slow but healthy broker must not turn every in-flight job into a duplicate:
-            # the dispatcher gives up on (and retries) a batch before the reaper would.
-            raise ConfigError(
-                "inflight_timeout_ms must be longer than kafka_delivery_timeout_ms "
-                f"({self.inflight_timeout_ms} <= {self.kafka_delivery_timeout_ms})"
-            )
-        if self.kafka_delivery_timeout_ms < self.kafka_request_timeout_ms:
-            raise ConfigError(
-                "kafka_delivery_timeout_ms must be at least kafka_request_timeout_ms "
-                f"({self.kafka_delivery_timeout_ms} < {self.kafka_request_timeout_ms})"
-            )
-        if not self.zk_root.startswith("/") or (self.zk_root.endswith("/") and self.zk_root != "/"):
-            raise ConfigError(f"zk_root must be an absolute znode path, got {self.zk_root!r}")
-        if self.kafka_security_protocol not in KAFKA_SECURITY_PROTOCOLS:
-            raise ConfigError(
-                f"kafka_security_protocol must be one of {', '.join(KAFKA_SECURITY_PROTOCOLS)}"
-                f", got {self.kafka_security_protocol!r}"
-            )
-        if self.kafka_sasl_mechanism not in KAFKA_SASL_MECHANISMS:
-            raise ConfigError(
-                f"kafka_sasl_mechanism must be one of {', '.join(KAFKA_SASL_MECHANISMS)}, "
-                f"got {self.kafka_sasl_mechanism!r}"
-            )
-        if self.kafka_security_protocol.startswith("SASL_") and not self.kafka_sasl_username:
-            raise ConfigError(
-                f"kafka_security_protocol {self.kafka_security_protocol} needs "
-                "kafka_sasl_username and kafka_sasl_password"
-            )
-        if self.zk_auth and ":" not in self.zk_auth:
-            raise ConfigError("zk_auth must be 'user:password'")
-        if not 0 <= self.web_port <= 65535:
-            raise ConfigError(f"web_port must be 0..65535, got {self.web_port}")
-        if bool(self.web_tls_certfile) != bool(self.web_tls_keyfile):
-            raise ConfigError("web_tls_certfile and web_tls_keyfile go together: set both")
-        if not self.key_prefix or any(c in self.key_prefix for c in "{} /"):
-            raise ConfigError(
-                f"key_prefix must be non-empty without braces, spaces or '/': {self.key_prefix!r}"
-            )
+        check(self)
 
     def __repr__(self) -> str:
         """Every setting, with passwords replaced by *** (settings end up in logs)."""

@@ -200,6 +200,39 @@ async def test_scanner_keeps_a_wake_that_arrives_during_a_move() -> None:
     await asyncio.wait_for(task, 1)
 
 
+@pytest.mark.parametrize("round_interval_ms", [0, 100])
+async def test_scanner_sends_slots_due_within_a_round_interval_together(
+    round_interval_ms: int,
+) -> None:
+    queue = SlotQueue(16)
+    scanner = SlotScanner(
+        StaticOwnership(2), queue, safety_wake_ms=3_600_000, round_interval_ms=round_interval_ms
+    )
+    task = asyncio.create_task(scanner.run())
+    assert sorted([await asyncio.wait_for(queue.get(), 1) for _ in range(2)]) == [0, 1]
+    now = int(scanner.redis_now_ms())
+    scanner.report(0, NO_TIME, now)
+    scanner.report(1, NO_TIME, now)
+    scanner.wake(0, now)  # due now, just after a round
+    for _ in range(10):
+        await asyncio.sleep(0)
+    # Without an interval slot 0 went at once; with one it waits for the next round.
+    assert queue.get_waiting() == ([0] if round_interval_ms == 0 else [])
+    scanner.wake(1, now)
+    assert await asyncio.wait_for(queue.get(), 1) == (1 if round_interval_ms == 0 else 0)
+    if round_interval_ms:
+        assert queue.get_waiting() == [1]  # the round took both
+    scanner.stop()
+    await asyncio.wait_for(task, 1)
+
+
+def test_round_interval_is_bounded() -> None:
+    assert Settings.from_env({"DELAYQ_ROUND_INTERVAL_MS": "100"}).round_interval_ms == 100
+    for bad in ("-1", "101"):
+        with pytest.raises(ConfigError, match="round_interval_ms must be 0"):
+            Settings.from_env({"DELAYQ_ROUND_INTERVAL_MS": bad})
+
+
 def test_batch_histograms_match_prometheus_buckets() -> None:
     from actors.histogram import Histograms
 

@@ -22,8 +22,6 @@ RECORD_OVERHEAD_BYTES = 4096
 # A claimed job waits in the node for at most this long before it is published: cancel()
 # answers "in flight" for it meanwhile, so the advance stays a matter of milliseconds.
 MAX_FIRE_ADVANCE_MS = 1000
-# round_interval_ms: the default is measured in docs/benchmarks.md ("The round interval").
-ROUND_INTERVAL_MS = 0
 MAX_ROUND_INTERVAL_MS = 100
 DELIVERY_MODES = ("at_least_once", "exactly_once")
 # The Redis envelope header versions (cluster/model/contract.py describes them).

@@ -17,7 +17,7 @@ from typing import Any
 
 from cluster.settings.checks import DELIVERY_MODES as DELIVERY_MODES  # re-exported
 from cluster.settings.checks import RECORD_OVERHEAD_BYTES as RECORD_OVERHEAD_BYTES
-from cluster.settings.checks import ROUND_INTERVAL_MS, check
+from cluster.settings.checks import check
 from cluster.settings.security import redact_url as redact_url  # re-exported
 from cluster.settings.security import redact_value
 from cluster.settings.sources import load_toml, parse_value
@@ -135,9 +135,9 @@ class Settings:
     fire_advance_ms: int = 0
     # The least time between two of a node's move rounds (actors/scanner.py): the slots
     # that come due meanwhile are moved, then claimed, together, in fuller script calls
-    # and fewer round trips. Costs up to this much lateness. 0: move each slot as soon
-    # as it is due.
-    round_interval_ms: int = ROUND_INTERVAL_MS
+    # and fewer round trips. Costs up to this much lateness; the default is measured in
+    # docs/benchmarks.md ("The round interval"). 0: move each slot as soon as it is due.
+    round_interval_ms: int = 10
     reap_interval_ms: int = 1000
     inflight_timeout_ms: int = 30000
     retry_backoff_ms: int = 1000

@@ -282,6 +282,30 @@ async def test_hostile_text_is_stored_verbatim(client: DelayClient) -> None:
         assert await client.cancel(job_id)
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"v": "中文 é 😀 \u0000 \n \\ ' \" `"},
+        "X'41' 0x41 _binary'x'",
+        ["\\x00", "\u2028", "\U0010ffff"],
+        "",
+    ],
+)
+async def test_payload_text_of_any_kind_is_stored_verbatim(
+    client: DelayClient, payload: object
+) -> None:
+    """The INSERT writes a payload as a hexadecimal literal of its UTF-8 JSON: the row
+    holds exactly that text, whatever characters it has."""
+    job_id = await client.schedule("t", payload, delay=60)
+    record = await client.get(job_id)
+    assert record is not None
+    assert record.payload_json == orjson.dumps(payload).decode()
+    rows = await client.schedule_many([Job("t", payload, delay=60) for _ in range(3)])
+    for other in rows:
+        stored = await client.get(other)
+        assert stored is not None and stored.payload_json == record.payload_json
+
+
 async def test_schedule_many_over_several_statements_is_all_or_nothing(
     client: DelayClient, redis: RedisClient
 ) -> None:

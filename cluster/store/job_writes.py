@@ -62,7 +62,7 @@ def insert_statements(
             stored = ",".join([literal(getattr(job, attr)) for attr, literal in option_literals])
             yield (
                 f"({quote(job.job_id)},{topic}{pending}{times.of(job.due_ms)},"
-                f"{quote(job.payload_json.decode())},{int(slots[i])},{stored}{stamps})"
+                f"{sql.utf8_literal(job.payload_json)},{int(slots[i])},{stored}{stamps})"
             )
 
     for shard, indexes in by_shard.items():

@@ -206,6 +206,13 @@ def quoter(conn: Any) -> Callable[[str | None], str]:
     return quote
 
 
+def utf8_literal(text: bytes) -> str:
+    """A SQL literal for UTF-8 text given as bytes (orjson's output): a hexadecimal
+    literal, which a text column stores as those bytes. bytes.hex() runs in C, about a
+    tenth of the cost of escaping the decoded text, and nothing in it needs escaping."""
+    return f"X'{text.hex()}'"
+
+
 def multi_row(head: str, rows: Iterable[str], tail: str = "") -> Iterator[str]:
     """Statements `head row,row,… tail` of at most ROWS_PER_STATEMENT rows and at most
     STATEMENT_BYTES bytes each (a single larger row makes a statement of its own), built

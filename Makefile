@@ -100,9 +100,10 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 	touch $@
 
 # delayq side by side with BullMQ and arq on the same Redis, and the bare Kafka floor
-# (also with a Redis sorted set), CPU per job by process beside the peers, every scenario (steady at 5,000 and 10,000 jobs/s, burst, backlog, ids, scale; about
-# half an hour): results, tables and plots in benchmarks/results/ only. Installs the
-# peers on first use.
+# (also with a Redis sorted set), CPU per job by process beside the peers, every
+# scenario (steady at 5,000 and 10,000 jobs/s, burst, backlog, ids, scale; about half
+# an hour): results, tables and plots in benchmarks/results/ only. Installs the peers
+# on first use.
 # `make benchmarks ARGS=--write-docs` is the full run for the docs: it also writes the
 # plots to docs/img/ and the tables to docs/benchmarks.md.
 # `make benchmarks ARGS=--quick` is a smoke run of a few minutes (docs untouched).

@@ -54,6 +54,8 @@ import orjson
 import psutil
 import redis.asyncio as aioredis
 import uvloop
+from capacity_model import MASTER_COLUMNS
+from capacity_model import spread as spread_factor
 from cpu_share import NODE, SAMPLER, Grouper, snapshot, usage
 from fire_bench import (
     bench_cluster,
@@ -64,7 +66,6 @@ from fire_bench import (
     machine,
     redis_facts,
 )
-from redis.crc import key_slot
 
 from cluster import DelayClient, Job
 from cluster.model.keys import KeySpace
@@ -428,15 +429,9 @@ def spread() -> list[dict[str, Any]]:
     found = []
     for slots in (16, 64, 256, 1024, 4096):
         row: dict[str, Any] = {"slots": slots}
-        for masters in (3, 6, 12, 24, 48, 96):
-            if masters > slots:
-                continue
-            counts = [0] * masters
-            for slot in range(slots):
-                counts[
-                    min(masters - 1, key_slot(f"{{dq:{slot}}}".encode()) * masters // 16384)
-                ] += 1
-            row[str(masters)] = round(max(counts) / (slots / masters), 2)
+        for masters in MASTER_COLUMNS:
+            if masters <= slots:
+                row[str(masters)] = round(spread_factor(slots, masters), 2)
         found.append(row)
         log(f"  spread {row}")
     return found

@@ -104,8 +104,9 @@ def mysql_servers_for(rate: int, nodes: int, shards: int, i: Inputs) -> tuple[fl
     return jobs, polling, shards
 
 
-def processes(rate: int, us: float, i: Inputs) -> int:
-    return max(1, math.ceil(rate * us / 1e6 / i.utilisation))
+def processes(cores: float, i: Inputs) -> int:
+    """Python processes of one core each for `cores` of work, each kept at utilisation."""
+    return max(1, math.ceil(cores / i.utilisation))
 
 
 def model(i: Inputs) -> list[dict[str, float | int]]:
@@ -132,8 +133,8 @@ def model(i: Inputs) -> list[dict[str, float | int]]:
                 "mysql_servers_by_cpu": servers,
                 "broker_cores": broker_cores,
                 "brokers": max(3, math.ceil(broker_cores / (i.utilisation * i.broker_cores))),
-                "producers": processes(rate, i.producer_us, i),
-                "consumers": processes(rate, i.consumer_us, i),
+                "producers": processes(producer_cores, i),
+                "consumers": processes(consumer_cores, i),
                 "all_cores": node_cores
                 + redis_cores
                 + jobs_cores
